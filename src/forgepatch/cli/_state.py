@@ -1,0 +1,45 @@
+"""Global CLI options and the shared helpers commands use to load config and print."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class State:
+    config_path: Path | None = None
+    patches_dir: Path | None = None
+    debug: bool = False
+
+    def patches(self) -> Path:
+        from forgepatch.errors import BadInput
+        from forgepatch.paths import default_patches
+
+        path = default_patches(self.patches_dir)
+        if not path.is_dir():
+            raise BadInput(f"--patches: {path} is not a directory")
+        return path
+
+    def matrix(self):
+        """The validated matrix (patch names checked against the patch dir)."""
+        from forgepatch.config import load_matrix
+        from forgepatch.paths import default_config
+
+        return load_matrix(default_config(self.config_path), self.patches())
+
+
+STATE = State()
+
+
+def print_json(doc: Any) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False)

@@ -1,0 +1,9 @@
+"""``forgepatch apply`` and ``forgepatch lint``."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    pass

@@ -1,0 +1,217 @@
+"""matrix.toml: schema, loading and validation. Every error names file:line and the key.
+
+```toml
+default_pin = "v0.5.23"
+[upstream]            # where SGLang comes from
+[pins.NAME]           # pypi = "0.5.23"  |  rev = "<sha>"  (+ resolved facts)
+[arches.sm120]        # patches = [...], base_image, build_args, extra_wheels, profiles
+[profiles.NAME]       # flags = ["--tp-size 8", ...], gpus = 8, required = true
+```
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from forgepatch.arch import ARCHES
+from forgepatch.errors import BadInput, located
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Upstream(_Strict):
+    name: str = "sglang"
+    repo: str = "https://github.com/sgl-project/sglang"
+    package_dir: str = "python/sglang"  # where the package lives in the git repo
+
+
+class Pin(_Strict):
+    pypi: str | None = None  # a release version on PyPI
+    rev: str | None = None  # a git revision (full SHA once resolved)
+    repo: str | None = None  # git repo for rev pins (default: the fork's own repo)
+    sha256: str | None = None  # resolved wheel digest for pypi pins
+    version: str | None = None  # upstream version of a rev pin, if known
+    markers: dict[str, str] = Field(default_factory=dict)  # log-marker overrides for smoke
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "Pin":
+        if (self.pypi is None) == (self.rev is None):
+            raise ValueError("a pin needs exactly one of 'pypi' or 'rev'")
+        return self
+
+    @property
+    def source(self) -> str:
+        """The pin as a SRC string for ``--source``."""
+        if self.pypi:
+            return f"pypi:{self.pypi}"
+        return f"git:{self.repo or '.'}@{self.rev}"
+
+
+class ArchConfig(_Strict):
+    patches: list[str] = Field(default_factory=list)
+    base_image: str | None = None
+    build_args: dict[str, str] = Field(default_factory=dict)
+    extra_wheels: list[str] = Field(default_factory=list)
+    profiles: list[str] = Field(default_factory=list)  # smoke profiles to run for this arch
+    pins: list[str] | None = None  # None: every pin
+
+
+class Profile(_Strict):
+    flags: list[str] = Field(default_factory=list)  # flag groups: "--ep-size 8"
+    gpus: int = 1
+    required: bool = True  # must pass for a release
+    network: bool = False
+    timeout_s: int = 1800
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("flags")
+    @classmethod
+    def _flag_groups(cls, flags: list[str]) -> list[str]:
+        for group in flags:
+            if not re.fullmatch(r"--[A-Za-z0-9][A-Za-z0-9_-]*(\s+\S.*)?", group.strip()):
+                raise ValueError(f"malformed flag group {group!r} (want '--name [value]')")
+        return [g.strip() for g in flags]
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus(cls, n: int) -> int:
+        if n < 0:
+            raise ValueError("gpus must be >= 0")
+        return n
+
+
+class Rule(_Strict):
+    arch: str | None = None
+    pin: str | None = None
+    profile: str | None = None
+
+    def matches(self, arch: str, pin: str, profile: str) -> bool:
+        return all(
+            want is None or want == got
+            for want, got in ((self.arch, arch), (self.pin, pin), (self.profile, profile))
+        )
+
+
+class Smoke(_Strict):
+    model: str | None = None  # model path for the SGLang server tier
+    include: list[Rule] = Field(default_factory=list)
+    exclude: list[Rule] = Field(default_factory=list)
+    image_repo: str = "forgepatch/sglang"
+
+
+class Release(_Strict):
+    tag_template: str = "forgepatch/{pin}/{arch}"
+    ledger: str = "releases/ledger.json"
+
+
+class Matrix(_Strict):
+    default_pin: str
+    upstream: Upstream = Field(default_factory=Upstream)
+    pins: dict[str, Pin]
+    arches: dict[str, ArchConfig] = Field(default_factory=dict)
+    profiles: dict[str, Profile] = Field(default_factory=dict)
+    smoke: Smoke = Field(default_factory=Smoke)
+    release: Release = Field(default_factory=Release)
+    path: Path | None = Field(default=None, exclude=True)
+
+    @model_validator(mode="after")
+    def _references(self) -> "Matrix":
+        if self.default_pin not in self.pins:
+            raise _RefError(("default_pin",), f"unknown pin {self.default_pin!r}")
+        for name, arch in self.arches.items():
+            if name not in ARCHES:
+                raise _RefError(("arches", name), f"unknown arch {name!r} (known: {', '.join(ARCHES)})")
+            for prof in arch.profiles:
+                if prof not in self.profiles:
+                    raise _RefError(("arches", name, "profiles"), f"unknown profile {prof!r}")
+            for pin in arch.pins or []:
+                if pin not in self.pins:
+                    raise _RefError(("arches", name, "pins"), f"unknown pin {pin!r}")
+        return self
+
+    def pin(self, name: str | None) -> tuple[str, Pin]:
+        name = name or self.default_pin
+        if name not in self.pins:
+            raise BadInput(f"--pin: unknown pin {name!r} (known: {', '.join(self.pins)})")
+        return name, self.pins[name]
+
+    def arch(self, name: str) -> ArchConfig:
+        if name not in self.arches:
+            where = self.path or "matrix.toml"
+            raise BadInput(f"--arch: {name!r} is not configured in {where} (arches: {', '.join(self.arches)})")
+        return self.arches[name]
+
+    def profile(self, name: str) -> Profile:
+        if name not in self.profiles:
+            raise BadInput(f"--profile: unknown profile {name!r} (known: {', '.join(self.profiles)})")
+        return self.profiles[name]
+
+
+class _RefError(ValueError):
+    def __init__(self, loc: tuple[str, ...], msg: str):
+        super().__init__(msg)
+        self.loc, self.msg = loc, msg
+
+
+def key_line(text: str, loc: tuple[Any, ...]) -> int | None:
+    """Best-effort line of a key path in TOML text: the key itself, else the deepest
+    enclosing table header or dotted key that is a prefix of it."""
+    keys = [str(k) for k in loc if not isinstance(k, int)]
+    split = lambda s: [p.strip().strip("\"'") for p in s.split(".")]  # noqa: E731
+    best, best_len, table = None, 0, []
+    for no, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if header := re.fullmatch(r"\[\[?\s*([^\]]+?)\s*\]\]?", line):
+            table = full = split(header.group(1))
+        elif assign := re.match(r"([A-Za-z0-9_.\"' -]+?)\s*=", line):
+            full = table + split(assign.group(1))
+        else:
+            continue
+        if full == keys:
+            return no
+        if keys[: len(full)] == full and len(full) > best_len:
+            best, best_len = no, len(full)
+    return best
+
+
+def load_matrix(path: Path, patches_dir: Path | None = None) -> Matrix:
+    """Parse and validate; with ``patches_dir``, also check that every named patch exists."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot read config: {exc.strerror}") from exc
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        m = re.search(r"line (\d+)", str(exc))
+        raise BadInput(located(path, int(m.group(1)) if m else None, f"invalid TOML: {exc}")) from exc
+    try:
+        matrix = Matrix.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = tuple(err["loc"])
+        ctx = err.get("ctx", {}).get("error")
+        if isinstance(ctx, _RefError):
+            loc, msg = loc + ctx.loc if not loc else ctx.loc, ctx.msg
+        else:
+            msg = err["msg"].removeprefix("Value error, ")
+        key = ".".join(str(k) for k in loc if not isinstance(k, int)) or "(top level)"
+        raise BadInput(located(path, key_line(text, loc), f"{key}: {msg}")) from exc
+    matrix.path = path
+    if patches_dir is not None:
+        known = {p.stem for p in patches_dir.glob("*.toml")} | {
+            p.stem for p in patches_dir.glob("*.py") if not p.name.startswith("_")
+        }
+        for name, arch in matrix.arches.items():
+            for patch in arch.patches:
+                if patch not in known:
+                    loc = ("arches", name, "patches")
+                    raise BadInput(located(path, key_line(text, loc), f"arches.{name}.patches: unknown patch {patch!r}"))
+    return matrix
