@@ -36,8 +36,9 @@ def _globals(
 
 def _register() -> None:
     from forgepatch.cli import apply as _apply
+    from forgepatch.cli import smoke as _smoke
 
-    for module in (_apply,):
+    for module in (_apply, _smoke):
         module.register(app)
 
 
