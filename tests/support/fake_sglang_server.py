@@ -131,8 +131,14 @@ def spawn_child(stubborn: bool) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", code, "fake-sglang-scheduler"])
 
 
+CHILDREN: list[subprocess.Popen] = []
+
+
 def die_by_sigquit() -> None:
+    """What SGLang's launcher does when a child fails: log, then kill its process tree."""
     log("Received sigquit from a child process. It usually means the child failed.", None)
+    for child in CHILDREN:
+        child.kill()
     os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -160,6 +166,7 @@ def main(argv: list[str]) -> int:
     log(f"server_args=ServerArgs(model_path='{opts.get('model-path')}', tp_size={tp}, host='{host}', port={port}, "
         f"extra={flags!r})", None)
     child = spawn_child(bool(os.environ.get("FAKE_SGLANG_STUBBORN_CHILD")))
+    CHILDREN.append(child)
     time.sleep(step)
     log("Init torch distributed begin.")
     if shape == "nccl":
@@ -178,6 +185,7 @@ def main(argv: list[str]) -> int:
                         "139.81 GiB of which 1.02 GiB is free.")
         die_by_sigquit()
     if shape == "exit":
+        child.kill()
         return 3
     if shape == "traceback":
         log("Ignoring exception in optional telemetry hook (benign): Exception raised and handled", None)

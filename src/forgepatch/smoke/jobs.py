@@ -178,7 +178,7 @@ def judge(spec: JobSpec, out: RunOutcome, runner: str = "") -> JobResult:
             res.status = "pass"
     elif out.exit_code == 0 and not out.timed_out:
         res.status = "pass"
-    if out.timed_out and res.status != "pass":
+    if (out.timed_out or t.signature == "timeout") and res.status != "pass":
         res.status = "timeout"
     if res.status == "pass":
         res.summary = "pass"

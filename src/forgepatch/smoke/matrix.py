@@ -79,7 +79,7 @@ def job_spec(matrix, arch: str, pin: str, profile: str, image: str | None = None
         if not matrix.smoke.model:
             raise BadInput(f"profile {profile!r} runs an SGLang server but [smoke] model is not set")
         command = ["python3", "-m", "forgepatch.smoke.server", "--model-path", matrix.smoke.model,
-                   "--launch", matrix.smoke.server_command, "--timeout", str(max(prof.timeout_s - 30, 30))]
+                   "--launch", matrix.smoke.server_command, "--timeout", f"{prof.timeout_s - min(30.0, max(1.0, prof.timeout_s / 10)):g}"]
         if pin_cfg.markers:
             command += ["--markers", json.dumps(pin_cfg.markers)]
         command += ["--", *flags]
