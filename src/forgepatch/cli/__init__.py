@@ -53,7 +53,12 @@ def main(argv: list[str] | None = None) -> int:
 
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     try:
-        app(args=argv, prog_name="forgepatch", standalone_mode=False)
+        # non-standalone typer returns the code of typer.Exit / Ctrl-C (130) instead of raising
+        code = app(args=argv, prog_name="forgepatch", standalone_mode=False)
+        if isinstance(code, int) and code:
+            if code == 130:
+                print("forgepatch: interrupted", file=sys.stderr)
+            return code
     except ForgepatchError as exc:
         if debug:
             raise

@@ -18,6 +18,16 @@ def _load_matrix():
     return load_matrix(default_config(STATE.config_path))
 
 
+def _sigterm_interrupts() -> None:
+    """SIGTERM (CI cancelling a job) cleans up like Ctrl-C: containers and processes go."""
+    import signal
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
 def _smoke(
     arch: Optional[str] = typer.Option(None, "--arch", help="Only this arch."),
     pin: Optional[str] = typer.Option(None, "--pin", help="Only this pin."),
@@ -37,6 +47,7 @@ def _smoke(
     from forgepatch.errors import Failure
     from forgepatch.smoke import report, service
 
+    _sigterm_interrupts()
     matrix = _load_matrix()
     if bisect:
         rep, run_dir = service.bisect(matrix, runner, bisect, arch, pin, image, logs, cache=not no_cache)

@@ -72,7 +72,7 @@ def job_spec(matrix, arch: str, pin: str, profile: str, image: str | None = None
     _, pin_cfg = matrix.pin(pin)
     flags = list(prof.flags if flags is None else flags)
     if kind == "probe":
-        command = list(PROBE_COMMAND)
+        command = [*PROBE_COMMAND, "--arch", arch] + (["--gpus", str(prof.gpus)] if prof.gpus > 1 else [])
     elif kind == "command":
         command = shlex.split(prof.command)
     else:
