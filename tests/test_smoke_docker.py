@@ -156,8 +156,8 @@ def test_fifty_jobs_with_failures_and_timeouts_leave_nothing(docker_client, smok
         "pass": f"echo ok {token}",
         "exit": f"echo {token}; exit 3",
         "cublas": f"echo 'RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling cublasGemmStridedBatchedEx' {token}; exit 1",
-        "child": f"(sleep 600 {token} &) ; echo Capture cuda graph begin; exit 1",
-        "timeout": f"echo Load weight begin; sleep 600; echo {token}",
+        "child": f"(sh -c 'sleep 600; : {token}' &) ; echo Capture cuda graph begin; exit 1",
+        "timeout": f"echo Load weight begin; sh -c 'sleep 600; : {token}'",
     }
     specs = []
     for i in range(50):
