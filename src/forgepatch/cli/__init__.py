@@ -36,8 +36,9 @@ def _globals(
 
 def _register() -> None:
     from forgepatch.cli import apply as _apply
+    from forgepatch.cli import probe as _probe
 
-    for module in (_apply,):
+    for module in (_apply, _probe):
         module.register(app)
 
 
@@ -52,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
 
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     try:
-        app(args=argv, prog_name="forgepatch", standalone_mode=False)
+        # Without standalone mode click returns (not raises) the code of a ``typer.Exit``.
+        code = app(args=argv, prog_name="forgepatch", standalone_mode=False)
     except ForgepatchError as exc:
         if debug:
             raise
@@ -75,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("forgepatch: interrupted", file=sys.stderr)
         return 130
-    return 0
+    return code if isinstance(code, int) else 0
 
 
 def entry() -> None:  # pragma: no cover - console script shim
