@@ -181,3 +181,29 @@ def test_rank_group_sets_child_env_without_leaking_it():
 
 def env_rank(rank, world, params, reporter):
     return {"ok": True, "seen": os.environ.get("FORGEPATCH_TEST_CHILD_ENV")}
+
+
+def injected_rank(rank, world, params, reporter):
+    from forgepatch.smoke.probe_checks import _FaultInjectingReporter
+
+    reporter = _FaultInjectingReporter(reporter, rank, params["inject"])
+    reporter.phase("init")
+    reporter.phase("capture")
+    return {"ok": True}
+
+
+def test_fault_injector_hangs_or_crashes_the_named_rank_at_the_named_phase():
+    hang = RankGroup("x", injected_rank, 2, {"inject": "hang@1:capture"}, deadline_s=3, emit=Recorder()).start().wait()
+    assert hang[0].status == PASS and hang[1].phase == "capture" and hang[1].signature.startswith("timeout")
+    crash = RankGroup("x", injected_rank, 2, {"inject": "crash@0:init"}, deadline_s=30, emit=Recorder()).start().wait()
+    assert crash[0].phase == "init" and crash[0].signature == "rank 0 killed by SIGKILL" and crash[1].status == PASS
+
+
+def test_fault_injector_rejects_a_bad_spec():
+    import pytest
+
+    from forgepatch.smoke.probe_checks import _FaultInjectingReporter
+
+    for spec in ("explode@1:capture", "hang@x:capture", "hang@1", "hang"):
+        with pytest.raises(ValueError):
+            _FaultInjectingReporter(None, 0, spec)

@@ -176,11 +176,43 @@ def allreduce_expected(torch: Any, base: Any, world: int, shift: int) -> Any:
     return world * (base.float() + shift) + world * (world + 1) / 2
 
 
+INJECT_ENV = "FORGEPATCH_PROBE_INJECT"
+
+
+class _FaultInjectingReporter:
+    """Wraps a rank's reporter to inject a fault for testing the deadlines on real GPUs:
+    ``FORGEPATCH_PROBE_INJECT=hang@1:capture`` makes rank 1 sleep when it enters phase
+    ``capture``; ``crash@1:replay`` makes it SIGKILL itself there."""
+
+    def __init__(self, reporter: Any, rank: int, spec: str):
+        self.reporter, self.rank = reporter, rank
+        kind, _, where = spec.partition("@")
+        at_rank, _, phase = where.partition(":")
+        if kind not in ("hang", "crash") or not at_rank.isdigit() or not phase:
+            raise ValueError(f"{INJECT_ENV}: expected hang|crash@RANK:PHASE, got {spec!r}")
+        self.kind, self.at_rank, self.at_phase = kind, int(at_rank), phase
+
+    @property
+    def current(self) -> str | None:
+        return self.reporter.current
+
+    def phase(self, name: str) -> None:
+        self.reporter.phase(name)
+        if self.rank == self.at_rank and name == self.at_phase:
+            if self.kind == "hang":
+                time.sleep(24 * 3600)
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
 def allreduce_rank(rank: int, world: int, params: dict, reporter: Any) -> dict[str, Any]:
     """One rank of the NCCL all-reduce check: eager all-reduce, then the same captured in a CUDA
     graph, replayed; each rank checks the exact sum (integer values < 256 are exact in bf16)."""
     for key, value in NCCL_SAFE_ENV.items():
         os.environ.setdefault(key, value)
+    if os.environ.get(INJECT_ENV):
+        reporter = _FaultInjectingReporter(reporter, rank, os.environ[INJECT_ENV])
     reporter.phase("import")
     import torch
     import torch.distributed as dist
