@@ -16,6 +16,7 @@ wall() {  # NAME STDOUT-FILE COMMAND...: run it, stderr to the log, exit code an
 P="python3 -m forgepatch.smoke.probe"
 wall probe_x2_run1_cold "$OUT/h200x2.json" $P --json --arch sm90 --gpus 2
 wall probe_x2_run2 "$OUT/h200x2-run2.json" $P --json --arch sm90 --gpus 2
+wall probe_x2_gpus1 "$OUT/h200x2-gpus1.json" $P --json --arch sm90
 wall cli_probe_x2 "$OUT/h200x2-cli.json" python3 -c 'import sys; from forgepatch.cli import main; sys.exit(main())' probe --json --arch sm90 --gpus 2
 # Deadlines with real NCCL ranks: rank 1 hangs before capture / is killed during replay.
 FORGEPATCH_PROBE_INJECT=hang@1:capture wall inject_hang "$OUT/h200x2-inject-hang.json" $P --json --gpus 2 --deadline 25

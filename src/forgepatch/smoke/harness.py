@@ -198,6 +198,7 @@ class RankGroup:
         self._conns: dict[Any, int] = {}  # open reader -> rank
         self._procs: list[Any] = []
         self.started_at = 0.0
+        self.collected = False  # wait() or abort() ran: no rank process is left
 
     def start(self) -> "RankGroup":
         self.started_at = time.monotonic()
@@ -294,7 +295,13 @@ class RankGroup:
                                              seconds=waited)
                 self.emit(phase=phases[rank], check=self.name, rank=rank, fail=True, signature=sig)
         self._stop()
+        self.collected = True
         return [outcomes[r] for r in range(self.world)]
+
+    def abort(self) -> None:
+        """Stop every rank without collecting outcomes (the probe decided not to run the check)."""
+        self._stop()
+        self.collected = True
 
     def _stop(self) -> None:
         """Terminate what still runs, then join (briefly: nothing is left to read or write)."""

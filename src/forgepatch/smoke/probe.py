@@ -101,7 +101,11 @@ def _inventory(torch: Any) -> tuple[dict, list[dict], list[str]]:
 
 
 def run_probe(args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
-    """Run the probe; returns (document, hung) — ``hung`` when a check thread is still stuck."""
+    """Run the probe; returns (document, hung) — ``hung`` when a check thread is still stuck.
+
+    With ``--gpus N >= 2`` the rank processes are spawned before anything else, so their
+    ``import torch`` overlaps the parent's and the local checks; they are stopped if the probe
+    ends early (no GPU, incompatible, bad input)."""
     from forgepatch.smoke.probe_checks import NCCL_SAFE_ENV
 
     for key, value in NCCL_SAFE_ENV.items():
@@ -120,6 +124,24 @@ def run_probe(args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
         log_line(phase="verdict", verdict=verdict, seconds=round(timings["total_s"], 3))
         return build_document(verdict=verdict, reason=reason, checks=checks, timings=timings,
                               seconds=timings["total_s"], **doc_args), hung
+
+    from forgepatch.smoke import probe_checks
+
+    group = None
+    if args.gpus >= 2:  # spawn the ranks first: their torch import overlaps the parent's
+        group = RankGroup("allreduce", probe_checks.allreduce_rank, args.gpus,
+                          {"init_method": f"tcp://127.0.0.1:{_free_port()}", "replays": args.replays},
+                          deadline_s=args.deadline, env=probe_checks.NCCL_SAFE_ENV).start()
+    try:
+        return _run_checks(args, group, finish, doc_args, timings)
+    finally:
+        if group is not None and not group.collected:
+            group.abort()
+
+
+def _run_checks(args: argparse.Namespace, group: RankGroup | None, finish: Any,
+                doc_args: dict[str, Any], timings: dict[str, float]) -> tuple[dict[str, Any], bool]:
+    from forgepatch.smoke import probe_checks
 
     log_line(phase="import", check="torch", begin=True)
     t0 = time.monotonic()
@@ -155,13 +177,6 @@ def run_probe(args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
         bad = [r for r in reasons if "no target" in r or "run only on" in r]
         return finish(INCOMPATIBLE, "; ".join(bad) or "; ".join(reasons), [])
 
-    from forgepatch.smoke import probe_checks
-
-    group = None
-    if args.gpus >= 2:  # start the ranks first: their torch import overlaps the local checks
-        group = RankGroup("allreduce", probe_checks.allreduce_rank, args.gpus,
-                          {"init_method": f"tcp://127.0.0.1:{_free_port()}", "replays": args.replays},
-                          deadline_s=args.deadline, env=probe_checks.NCCL_SAFE_ENV).start()
     checks: list[CheckResult] = []
     hung = False
     for name, fn in (("bmm", probe_checks.check_bmm), ("mlp", probe_checks.check_mlp)):
