@@ -207,3 +207,20 @@ def test_fault_injector_rejects_a_bad_spec():
     for spec in ("explode@1:capture", "hang@x:capture", "hang@1", "hang"):
         with pytest.raises(ValueError):
             _FaultInjectingReporter(None, 0, spec)
+
+
+def test_rank_phases_are_logged_while_a_local_check_runs():
+    rec = Recorder()
+    group = RankGroup("allreduce", passing_rank, 2, deadline_s=60, emit=rec).start()
+
+    def slow_check(tracker):
+        time.sleep(3.0)  # long enough for both ranks to start and report
+        return {"ok": True}
+
+    result, hung = run_check("bmm", slow_check, 10.0, emit=rec, while_waiting=group.poll)
+    assert result.status == PASS and not hung
+    done_at = next(i for i, l in enumerate(rec.lines) if l.get("check") == "bmm" and l["phase"] == "done")
+    early = [(l.get("rank"), l["phase"]) for l in rec.lines[:done_at] if l.get("check") == "allreduce"]
+    assert (0, "compute") in early and (1, "compute") in early, rec.lines
+    outcomes = group.wait()  # results that arrived during the check are kept
+    assert [o.status for o in outcomes] == [PASS, PASS]

@@ -1,7 +1,8 @@
 #!/bin/bash
 # The probe on one H200 (device kind nvidia-h200), as run for docs/gpu-runs/. Expects $OUT.
 set -u
-cd "$(dirname "$0")"
+# Run from the repo (docs/gpu-runs/) or from a copy holding src/ beside this script.
+cd "$(dirname "$0")"; [ -d src ] || cd ../..
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 T=$OUT/h200x1-times.txt L=$OUT/h200x1.log
 wall() {  # NAME STDOUT-FILE COMMAND...: run it, stderr to the log, exit code and wall time to $T

@@ -60,8 +60,11 @@ class PhaseTracker:
 CheckFn = Callable[[PhaseTracker], dict[str, Any]]
 
 
-def run_check(name: str, fn: CheckFn, deadline_s: float, emit: Callable[..., None] = log_line) -> tuple[CheckResult, bool]:
-    """Run ``fn(tracker)`` in a daemon thread; wait at most ``deadline_s``.
+def run_check(name: str, fn: CheckFn, deadline_s: float, emit: Callable[..., None] = log_line,
+              while_waiting: Callable[[], None] | None = None) -> tuple[CheckResult, bool]:
+    """Run ``fn(tracker)`` in a daemon thread; wait at most ``deadline_s``, calling
+    ``while_waiting()`` every 50 ms meanwhile (e.g. ``RankGroup.poll`` so rank phases are logged
+    as they happen).
 
     ``fn`` returns ``{"ok": bool, "max_error": float, "tolerance": str, "metrics": {...},
     "detail": str}``. Returns (result, hung): ``hung`` means the thread is still running (a
@@ -80,7 +83,13 @@ def run_check(name: str, fn: CheckFn, deadline_s: float, emit: Callable[..., Non
     start = time.monotonic()
     worker = threading.Thread(target=body, name=f"check-{name}", daemon=True)
     worker.start()
-    worker.join(deadline_s)
+    end = start + deadline_s
+    while True:
+        worker.join(max(min(0.05, end - time.monotonic()), 0.0))
+        if not worker.is_alive() or time.monotonic() >= end:
+            break
+        if while_waiting is not None:
+            while_waiting()
     seconds = time.monotonic() - start
     if worker.is_alive():
         sig = f"timeout: check {name} did not finish within {deadline_s:g} s"
@@ -199,6 +208,8 @@ class RankGroup:
         self._procs: list[Any] = []
         self.started_at = 0.0
         self.collected = False  # wait() or abort() ran: no rank process is left
+        self._outcomes: dict[int, RankOutcome] = {}
+        self._phases: dict[int, str | None] = {r: None for r in range(world)}
 
     def start(self) -> "RankGroup":
         self.started_at = time.monotonic()
@@ -276,9 +287,12 @@ class RankGroup:
                                      exitcode=proc.exitcode, seconds=time.monotonic() - self.started_at)
         self.emit(phase=phases[rank], check=self.name, rank=rank, fail=True, signature=sig)
 
+    def poll(self) -> None:
+        """Handle what the ranks have sent so far, without blocking (logs their phases now)."""
+        self._drain(self._outcomes, self._phases, 0.0)
+
     def wait(self) -> list[RankOutcome]:
-        outcomes: dict[int, RankOutcome] = {}
-        phases: dict[int, str | None] = {r: None for r in range(self.world)}
+        outcomes, phases = self._outcomes, self._phases
         deadline = self.started_at + self.deadline_s
         while len(outcomes) < self.world:
             now = time.monotonic()

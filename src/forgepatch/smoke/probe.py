@@ -183,7 +183,8 @@ def _run_checks(args: argparse.Namespace, group: RankGroup | None, finish: Any,
         if hung:
             checks.append(CheckResult(name, "skipped", detail="an earlier check hung the device"))
             continue
-        result, hung = run_check(name, lambda tracker, fn=fn: fn(tracker, args.replays), args.deadline)
+        result, hung = run_check(name, lambda tracker, fn=fn: fn(tracker, args.replays), args.deadline,
+                                 while_waiting=group.poll if group is not None else None)
         checks.append(result)
     if group is not None:
         t0 = time.monotonic()
