@@ -36,9 +36,10 @@ def _globals(
 
 def _register() -> None:
     from forgepatch.cli import apply as _apply
+    from forgepatch.cli import probe as _probe
     from forgepatch.cli import smoke as _smoke
 
-    for module in (_apply, _smoke):
+    for module in (_apply, _probe, _smoke):
         module.register(app)
 
 
