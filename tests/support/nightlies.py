@@ -48,12 +48,13 @@ def release_wheel(version: str) -> Path:
 
 
 def wheel_sources(wheel: Path) -> dict[str, bytes]:
-    """``python/sglang/<rel>`` -> bytes for every ``.py`` file of the wheel's package."""
+    """``python/sglang/<rel>`` -> bytes for every tracked ``.py`` file of the wheel's package."""
     out: dict[str, bytes] = {}
     with zipfile.ZipFile(wheel) as zf:
         for info in zf.infolist():
             name = info.filename
-            if name.startswith("sglang/") and name.endswith(".py"):
+            # _version.py is generated at build time and not tracked in SGLang's git
+            if name.startswith("sglang/") and name.endswith(".py") and name != "sglang/_version.py":
                 out[f"python/{name}"] = zf.read(info)
     return out
 
