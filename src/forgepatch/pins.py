@@ -72,20 +72,22 @@ def pypi_wheel(version: str) -> Path:
     except ImportError:
         core_pypi_wheel = None
     if core_pypi_wheel is not None:
-        return Path(core_pypi_wheel(version))
+        try:
+            return Path(core_pypi_wheel(version))
+        except BadInput as exc:
+            raise BadInput(f"--pypi: {str(exc).removeprefix('--source: ')}") from None
     from forgepatch.paths import cache_dir
 
-    dest = cache_dir("wheels")
-    found = sorted(dest.glob(f"sglang-{version}-*.whl"))
+    dest = cache_dir("wheels", version)  # same layout as forgepatch.sources
+    found = sorted(dest.glob("sglang-*.whl"))
     if found:
         return found[0]
     with tempfile.TemporaryDirectory(dir=dest) as tmp:
         proc = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-             f"sglang=={version}", "-d", tmp],
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"sglang=={version}", "-d", tmp],
             capture_output=True, text=True,
         )
-        got = sorted(Path(tmp).glob(f"sglang-{version}-*.whl"))
+        got = sorted(Path(tmp).glob("sglang-*.whl"))
         if proc.returncode != 0 or not got:
             raise BadInput(f"--pypi: no wheel for sglang=={version} on PyPI")
         final = dest / got[0].name

@@ -32,13 +32,11 @@ def release_wheel(version: str) -> Path:
         return Path(pypi_wheel(version))
     from forgepatch.paths import cache_dir
 
-    dest = cache_dir("wheels")
+    dest = cache_dir("wheels", version)  # the layout forgepatch.sources uses
     found = sorted(dest.glob(f"sglang-{version}-*.whl"))
     if not found:
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-             "--python-version", "3.11", "--platform", "manylinux_2_34_x86_64",
-             f"sglang=={version}", "-d", str(dest)],
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"sglang=={version}", "-d", str(dest)],
             check=True,
         )
         found = sorted(dest.glob(f"sglang-{version}-*.whl"))
