@@ -123,7 +123,6 @@ def fork(
     pin: str | None,
     matrix,
     patches_dir: Path,
-    cache=None,
 ) -> ForkResult:
     """Create or refresh ``forgepatch/<arch>/<pin>``; see the module docstring."""
     from forgepatch.arch import get_arch
@@ -146,7 +145,7 @@ def fork(
         patches = load_patches(patches_dir, arch_cfg.patches)
         patchset = patchset_hash(patches)
         with repo.lock():
-            result = run_series(tree, patches, arch, version, cache)
+            result = run_series(tree, patches, arch, version)
             out = ForkResult(arch.name, pin, branch, upstream, version, patchset, "drift", apply=result)
             if result.drift:
                 return out

@@ -72,23 +72,29 @@ class BlobReader:
 class GitTree:
     """The SGLang package at one commit, read from git objects (implements ``Tree``).
 
-    Paths are relative to the package root (``srt/layers/communicator.py``); ``key()`` is
-    the blob id, so per-file results can be memoised across revisions."""
+    Paths are the ``.py`` files, relative to the package root (``srt/layers/communicator.py``);
+    ``key()`` is the blob id, so per-file results can be memoised across revisions. An
+    upstream revision is ``pristine`` (unpatched): gates that already accept the arch there
+    were absorbed upstream."""
 
     repo: "GitRepo"
     commit: str
     package_dir: str
     tree_id: str
-    blobs: dict[str, str] = field(default_factory=dict)  # rel path -> blob id
+    blobs: dict[str, str] = field(default_factory=dict)  # rel path -> blob id (all files)
+    pristine: bool = True
 
     def paths(self) -> list[str]:
-        return list(self.blobs)
+        return [rel for rel in self.blobs if rel.endswith(".py")]
 
     def read(self, rel: str) -> bytes:
         return self.repo.blob(self.blobs[rel])
 
     def key(self, rel: str) -> str | None:
         return self.blobs.get(rel)
+
+    def display(self, rel: str) -> str:
+        return f"{self.package_dir}/{rel}"
 
     def version(self) -> str | None:
         """The upstream version of this commit: a literal ``__version__`` in

@@ -120,3 +120,65 @@ if __name__ == "__main__":  # python tests/support/nightlies.py DEST [VERSIONS..
     target = Path(sys.argv[1])
     build_nightlies_repo(target, sys.argv[2:] or NIGHTLY_RELEASES)
     print(target)
+
+
+def commit_on(repo: Path, parent: str, files: dict[str, bytes | None], message: str, branch: str | None = None) -> str:
+    """Commit ``files`` (path -> bytes, None = delete) on top of ``parent`` with plumbing and
+    a private index: the working tree and the real index stay untouched. Moves ``branch``
+    (refs/heads/...) to the new commit when given. Returns the commit SHA."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "GIT_INDEX_FILE": str(Path(tmp) / "index"),
+               "GIT_AUTHOR_NAME": "SGLang Test Upstream", "GIT_AUTHOR_EMAIL": "upstream@example.invalid",
+               "GIT_COMMITTER_NAME": "SGLang Test Upstream", "GIT_COMMITTER_EMAIL": "upstream@example.invalid"}
+        run = lambda *a, **kw: subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True, env=env, **kw)  # noqa: E731
+        run("read-tree", parent)
+        for path, data in files.items():
+            if data is None:
+                run("update-index", "--force-remove", "--", path)
+            else:
+                oid = run("hash-object", "-w", "--stdin", input=data).stdout.decode().strip()
+                run("update-index", "--add", "--cacheinfo", f"100644,{oid},{path}")
+        tree = run("write-tree").stdout.decode().strip()
+        sha = run("commit-tree", tree, "-p", parent, "-m", message).stdout.decode().strip()
+        if branch:
+            run("update-ref", f"refs/heads/{branch}", sha)
+    return sha
+
+
+def show(repo: Path, rev: str, path: str) -> bytes:
+    return _git(repo, "show", f"{rev}:{path}").stdout
+
+
+def without_function(source: bytes, name: str) -> bytes:
+    """``source`` with the top-level function ``name`` (and its decorators) removed."""
+    import ast
+
+    tree = ast.parse(source)
+    lines = source.decode("utf-8").splitlines(keepends=True)
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            start = min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1
+            return "".join(lines[:start] + lines[node.end_lineno:]).encode("utf-8")
+    raise ValueError(f"no top-level function {name}")
+
+
+def snapshot(checkout: Path) -> dict[str, str]:
+    """sha256 of every file of a checkout that belongs to the user: the working tree
+    (tracked, untracked, ignored), ``.git/index``, ``.git/HEAD`` and the local branches."""
+    out: dict[str, str] = {}
+    for path in sorted(checkout.rglob("*")):
+        rel = path.relative_to(checkout).as_posix()
+        if rel == ".git" or rel.startswith(".git/") or not path.is_file():
+            continue
+        out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+    git_dir = checkout / ".git"
+    for rel in ("index", "HEAD"):
+        out[f".git/{rel}"] = hashlib.sha256((git_dir / rel).read_bytes()).hexdigest()
+    refs = _git(checkout, "for-each-ref", "--format=%(refname) %(objectname)", "refs/heads/", "refs/remotes/", "refs/tags/").stdout.decode()
+    for line in refs.splitlines():
+        name, oid = line.split()
+        if not name.startswith("refs/heads/forgepatch/"):
+            out[name] = oid
+    return out

@@ -60,18 +60,18 @@ def fork_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Create or refresh branch forgepatch/ARCH/PIN: REV plus one commit per applied patch."""
-    from forgepatch.blobcache import BlobCache
     from forgepatch.fork import fork
 
-    matrix = STATE.matrix()
-    with BlobCache() as cache:
-        result = fork(repo, arch, rev, pin, matrix, STATE.patches(), cache)
+    # no blob cache here: fork needs the patched text of every file, not only statuses
+    result = fork(repo, arch, rev, pin, STATE.matrix(), STATE.patches())
     if json_out:
         print_json(result.to_json())
     else:
         _render_fork(result)
     if result.drift:
-        raise typer.Exit(1)
+        from forgepatch.errors import Failure
+
+        raise Failure(f"drift on {result.upstream[:12]}: branch {result.branch} not moved")
 
 
 def _render_fork(result) -> None:
@@ -83,7 +83,6 @@ def _render_fork(result) -> None:
                 if s.status.value == "drift":
                     cands = ", ".join(s.candidates[:5]) or "none"
                     err.print(f"[red]drift[/] {p.patch_id} site {s.site}: {s.detail or 'not found'}; candidates: {cands}")
-        err.print(f"forgepatch: drift on {result.upstream[:12]}: branch {result.branch} not moved")
         return
     for p in result.apply.patches:
         out.print(f"  {p.patch_id}: {p.status.value}")
@@ -133,7 +132,10 @@ def drift_cmd(
     else:
         render_table(report, console())
     if report.drift:
-        raise typer.Exit(1)
+        from forgepatch.errors import Failure
+
+        bad = sorted({r.label for r in report.revs for p in report.patch_ids if r.status(p) == "drift"})
+        raise Failure(f"drift at {len(bad)} of {len(report.revs)} revision(s): {', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''}")
 
 
 def init_cmd(
