@@ -53,7 +53,9 @@ def main(argv: list[str] | None = None) -> int:
 
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     try:
-        app(args=argv, prog_name="forgepatch", standalone_mode=False)
+        rc = app(args=argv, prog_name="forgepatch", standalone_mode=False)
+        if isinstance(rc, int):
+            return rc
     except ForgepatchError as exc:
         if debug:
             raise
