@@ -67,7 +67,7 @@ def test_pin_add_bad_input(nightlies_repo, tmp_path, capsys):
     plain.mkdir()
     assert "not a git repository" in _bad(capsys, "--config", config, "pin", "add", "x", "--rev", "HEAD", "--repo", plain)
     assert "exactly one" in _bad(capsys, "--config", config, "pin", "add", "x")
-    assert "invalid pin name" in _bad(capsys, "--config", config, "pin", "add", "a.b", "--pypi", "0.5.20")
+    assert "invalid pin name" in _bad(capsys, "--config", config, "pin", "add", "a/b", "--pypi", "0.5.20")
     assert config.read_bytes() == before
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from forgepatch.errors import BadInput
 
-_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _VERSION_RE = re.compile(r"[0-9][0-9A-Za-z.+!_-]*")
 
 
@@ -121,7 +121,7 @@ def add_pin(
     if (rev is None) == (pypi is None):
         raise BadInput("pin add: give exactly one of --rev SHA or --pypi VERSION")
     if not _NAME_RE.fullmatch(name):
-        raise BadInput(f"pin add: invalid pin name {name!r} (letters, digits, '_' and '-')")
+        raise BadInput(f"pin add: invalid pin name {name!r} (letters, digits, '.', '_' and '-')")
     matrix = load_matrix(config)
     if name in matrix.pins:
         raise BadInput(f"pin add: pin {name!r} already exists in {config}")
