@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from support.cli import run_inprocess, run_subprocess, write_matrix
+from support.forkcli import run_inprocess, run_subprocess, write_matrix
 from support.nightlies import PACKAGE_DIR, commit_on, show, snapshot, without_function
 
 BRANCH = "forgepatch/sm120/v0_5_20"
@@ -180,7 +180,7 @@ HOLD_LOCK = textwrap.dedent("""
 
 def test_lock_stops_a_concurrent_run(nightly_clone, config, patches):
     repo = nightly_clone
-    from support.cli import _src
+    from support.forkcli import _src
     import os
 
     env = {**os.environ, "PYTHONPATH": str(_src())}

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from support.cli import run_inprocess, write_matrix
+from support.forkcli import run_inprocess, write_matrix
 from support.nightlies import NIGHTLY_RELEASES, PACKAGE_DIR, commit_on, show, without_function
 
 TAGS = [f"v{v}" for v in NIGHTLY_RELEASES]

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from support.cli import run_inprocess
+from support.forkcli import run_inprocess
 
 
 @pytest.fixture(autouse=True)

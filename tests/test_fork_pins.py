@@ -7,7 +7,7 @@ import json
 import subprocess
 import tomllib
 
-from support.cli import MATRIX, run_inprocess, write_matrix
+from support.forkcli import MATRIX, run_inprocess, write_matrix
 
 
 def _head(repo, rev):

@@ -51,6 +51,9 @@ def pypi_wheel(version: str) -> Path:
         )
         wheels = sorted(Path(tmp).glob(f"{PACKAGE}-*.whl"))
         if proc.returncode != 0 or not wheels:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if not any(root.iterdir()):
+                root.rmdir()
             if "No matching distribution" in proc.stderr or "Could not find a version" in proc.stderr:
                 raise BadInput(f"--source: {PACKAGE}=={version} does not exist on PyPI")
             last = (proc.stderr.strip().splitlines() or ["no wheel downloaded"])[-1]
@@ -61,10 +64,15 @@ def pypi_wheel(version: str) -> Path:
 
 
 def wheel_sha256(wheel: Path) -> str:
+    """sha256 of the wheel, memoised beside it (the cached wheel never changes)."""
+    memo = wheel.with_name(wheel.name + ".sha256")
+    if memo.is_file() and memo.stat().st_mtime >= wheel.stat().st_mtime:
+        return memo.read_text().strip()
     digest = hashlib.sha256()
     with wheel.open("rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             digest.update(chunk)
+    memo.write_text(digest.hexdigest())
     return digest.hexdigest()
 
 

@@ -1,52 +1,33 @@
-"""Run the forgepatch CLI in-process (fast) or as a real subprocess."""
+"""Run the real ``forgepatch`` CLI in a subprocess (exit codes, stderr, no tracebacks)."""
 
 from __future__ import annotations
 
-import os
+import json
 import subprocess
 import sys
-from pathlib import Path
-
-def _src() -> Path:
-    """Where the forgepatch under test is imported from (subprocesses use the same)."""
-    import forgepatch
-
-    return Path(forgepatch.__file__).resolve().parents[1]
+from dataclasses import dataclass
 
 
-def run_inprocess(capsys, *args: str) -> tuple[int, str, str]:
-    from forgepatch.cli import main
+@dataclass
+class Run:
+    rc: int
+    out: str
+    err: str
 
-    capsys.readouterr()
-    rc = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def run_subprocess(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None, **kw) -> subprocess.Popen:
-    full_env = {**os.environ, "PYTHONPATH": str(_src()) + os.pathsep + os.environ.get("PYTHONPATH", ""), **(env or {})}
-    code = "import sys; from forgepatch.cli import main; sys.exit(main())"
-    return subprocess.Popen([sys.executable, "-c", code, *map(str, args)], cwd=cwd, env=full_env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    def json(self):
+        return json.loads(self.out)
 
 
-MATRIX = """\
-# test matrix: the shipped sm120 patch for sm120
-default_pin = "v0_5_23"
-
-[pins.v0_5_23]
-pypi = "0.5.23"   # the newest release
-
-[arches.sm120]
-patches = ["sm120-flashinfer-allreduce-fusion"]
-
-# trailing comment block that introduces the profiles
-[profiles.probe]
-flags = []
-"""
+def forgepatch(*args: str, cwd=None, env=None, timeout: int = 600) -> Run:
+    proc = subprocess.run([sys.executable, "-m", "forgepatch", *map(str, args)], capture_output=True,
+                          text=True, cwd=cwd, env=env, timeout=timeout)
+    return Run(proc.returncode, proc.stdout, proc.stderr)
 
 
-def write_matrix(directory: Path) -> Path:
-    path = directory / "matrix.toml"
-    path.write_text(MATRIX, encoding="utf-8")
-    return path
+def assert_one_line_error(run: Run, rc: int = 2, *needles: str) -> None:
+    assert run.rc == rc, (run.rc, run.out, run.err)
+    lines = [ln for ln in run.err.splitlines() if ln.strip()]
+    assert len(lines) == 1, run.err
+    assert "Traceback" not in run.err
+    for n in needles:
+        assert n in lines[0], (n, lines[0])

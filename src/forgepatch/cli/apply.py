@@ -14,24 +14,23 @@ _STYLE = {"applied": "green", "already-applied": "cyan", "absorbed-upstream": "b
 
 
 def _render(run) -> None:
-    from rich.table import Table
+    """One block per patch, one line per site: status, where, what changed."""
+    from rich.markup import escape
 
     res = run.result
-    table = Table(title=f"forgepatch apply --arch {res.arch}  ({run.source.label}, version {res.version})")
-    for col in ("patch", "site", "status", "where", "detail"):
-        table.add_column(col, overflow="fold")
+    con = console()
+    con.print(f"[bold]forgepatch apply --arch {res.arch}[/]  source {escape(run.source.label)}  "
+              f"version {res.version}  patchset {res.patchset_hash}")
     for p in res.patches:
+        con.print(f"[bold]{p.patch_id}[/]  [{_STYLE.get(p.status.value, '')}]{p.status.value}[/]")
         for s in p.sites:
             where = f"{s.file}:{s.line}" if s.file else ""
             if s.symbol:
-                where += f" ({s.symbol})"
-            st = f"[{_STYLE.get(s.status.value, '')}]{s.status.value}[/]"
-            detail = s.detail
-            if s.candidates:
-                detail += "\ncandidates: " + "; ".join(s.candidates)
-            table.add_row(p.patch_id, s.site, st, where, detail)
-    con = console()
-    con.print(table)
+                where += f" {s.symbol}"
+            con.print(f"  {s.site:<22} [{_STYLE.get(s.status.value, '')}]{s.status.value:<17}[/] "
+                      f"{escape(where)}  [dim]{escape(s.detail)}[/]", soft_wrap=True)
+            for c in s.candidates:
+                con.print(f"      candidate: {escape(c)}", soft_wrap=True)
     if run.written:
         con.print(f"wrote {run.written} ({len(res.changed)} file(s) changed)")
 

@@ -2,8 +2,7 @@
 
 "Auto-enable fires, then start-up dies" happens when one gate of a feature accepts the new
 arch and another, on the path it routes into, does not. After patching (in memory), this
-finds every pure arch gate (and every lone-predicate guard that raises) that still rejects
-the arch in (a) statements naming the feature's markers and (b) same-module functions
+finds every pure arch gate (an ``or`` of arch predicates) that still rejects the arch in (a) statements naming the feature's markers and (b) same-module functions
 called from functions that name them.
 """
 
@@ -12,14 +11,12 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
-import libcst as cst
-
 from forgepatch.arch import Arch
 from forgepatch.patching.codemods.arch_gate import SIBLINGS, gated_unit_text, marker_in
 from forgepatch.patching.codemods.base import FileContext
 from forgepatch.patching.engine import _def_lines, _scope, index_functions, parse
 from forgepatch.patching.patchset import Patch
-from forgepatch.patching.predicates import Gate, find_gates
+from forgepatch.patching.predicates import find_gates
 
 
 @dataclass
@@ -35,15 +32,6 @@ class LintFinding:
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}: {self.function}: `{self.gate}` {self.reason}"
-
-
-def _raises(gate: Gate, ctx: FileContext) -> bool:
-    parent = ctx.parents.get(gate.node)
-    while parent is not None and not isinstance(parent, cst.If):
-        if isinstance(parent, (cst.SimpleStatementLine, cst.FunctionDef)):
-            return False
-        parent = ctx.parents.get(parent)
-    return parent is not None and "raise " in ctx.code(parent.body)
 
 
 def lint_tree(read_text, paths: list[str], patches: list[Patch], arch: Arch) -> list[LintFinding]:
@@ -85,10 +73,8 @@ def _lint_file(text, rel, markers, target, arch, read_text) -> list[LintFinding]
             continue
         _scope(ctx, node, line)
         for gate in find_gates(node.body):
-            if gate.accepts(target) or not gate.families & set(SIBLINGS) or gate.kind == "mixed":
-                continue
-            if gate.kind == "lone" and not _raises(gate, ctx):
-                continue
+            if gate.kind != "pure" or gate.accepts(target) or not gate.families & set(SIBLINGS):
+                continue  # lone predicates are arch-specific by design; mixed ones never widened
             in_unit = any(marker_in(gated_unit_text(gate.node, ctx), m) for m in markers)
             if not in_unit and node.name.value not in routed:
                 continue
