@@ -12,7 +12,6 @@ Two memo layers make scans over hundreds of nightlies cheap, both in ``cache_dir
 from __future__ import annotations
 
 import hashlib
-from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -198,44 +197,7 @@ class _Engine:
         self.arch = arch
 
     def run(self, tree, version, cache):
-        if cache is not None:
-            cache = _Namespaced(cache, self.live_sites(version))
         return self._run(tree, self.patches, self.arch, version, cache)
-
-    def live_sites(self, version: str | None) -> str:
-        """Which sites apply at ``version``: a file's memoised findings depend on it (a
-        blob unchanged across an ``applies_to`` boundary must be scanned again)."""
-        live = [
-            f"{p.id}:{','.join(s.name for s in p.sites if p.site_applies(s, version))}"
-            for p in self.patches
-            if p.applies(version)
-        ]
-        return hashlib.sha256(";".join(live).encode()).hexdigest()[:16]
-
-
-class _Namespaced(MutableMapping):
-    """A view of the memo with every key prefixed (here: by the set of live sites)."""
-
-    def __init__(self, inner, prefix: str):
-        self.inner, self.prefix = inner, prefix + ":"
-
-    def __getitem__(self, key):
-        return self.inner[self.prefix + key]
-
-    def __setitem__(self, key, value):
-        self.inner[self.prefix + key] = value
-
-    def __delitem__(self, key):
-        del self.inner[self.prefix + key]
-
-    def __contains__(self, key):
-        return (self.prefix + key) in self.inner
-
-    def __iter__(self):
-        return (k[len(self.prefix):] for k in self.inner if k.startswith(self.prefix))
-
-    def __len__(self):
-        return sum(1 for _ in self)
 
 
 def _memo_get(cache, key: str | None):
