@@ -104,7 +104,8 @@ class ArchGateCodemod(SiteCodemod):
     def edit_function(self, func, site, symbol, ctx):
         target = ctx.arch.gate_family
         edited, hits = func, 0
-        for gate in find_gates(func.body):
+        ctx.parents[func.body] = func
+        for gate in find_gates(func.body, ctx.parents):
             if not self._eligible(gate, site, target):
                 continue
             if site.markers and not any(marker_in(gated_unit_text(gate.node, ctx), m) for m in site.markers):
@@ -112,6 +113,11 @@ class ArchGateCodemod(SiteCodemod):
             hits += 1
             if gate.accepts(target):
                 ctx.report(site.name, ctx.accepted(), gate.node, symbol, f"gate already accepts {target}")
+                continue
+            if not ctx.emit:  # a status scan: say what would be added, build nothing
+                sib = self._sibling(gate)
+                new = ctx.code(rename_family(sib.node, sib.family, target))
+                ctx.report(site.name, Status.APPLIED, gate.node, symbol, f"added {new}")
                 continue
             operand = self._operand(self._sibling(gate), target, ctx)
             edited = edited.deep_replace(gate.node, self._widen(gate, operand))
