@@ -1,0 +1,381 @@
+"""The deterministic Docker build context: what goes in, in which order, and its digest.
+
+Layout (the shipped Dockerfile reads exactly this)::
+
+    Dockerfile
+    wheels/<name>.whl         extra wheels of the arch (installed offline)
+    probe/install.py          the in-image installer (data/dockerfiles/install.py)
+    probe/python/forgepatch/  the probe: forgepatch's stdlib-only modules
+    upstream/sglang.tar       the pin's unpatched package as ONE deterministic tar (thousands
+                              of small files would cost the engine seconds per build to unpack);
+                              cached per upstream tree, so only the first build of a pin makes it
+    upstream/removed.txt      package files the patches deleted, one per line
+    overlay/sglang/           files that differ from upstream (the whole patched package goes
+                              to upstream/sglang.tar when no upstream tree is given)
+
+Entries are sorted, modes normalised (0644 / 0755), mtimes and owners fixed, so the same inputs
+give the same tar stream and the same digest on every machine. Hidden files, ``__pycache__`` and
+bytecode are never copied. A file holding the value of a secret-looking environment variable
+(``HF_TOKEN`` ...) is refused: secrets are runtime-only (the patched tree is scanned on every
+assembly, the upstream tree when its tar is made).
+
+The context directory is kept between builds and synced: only files whose content changed are
+rewritten (each through a temp file + rename), stale ones removed, and the manifest file
+``.forgepatch-context.json`` is written last. A non-empty directory without that manifest is
+never touched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import stat
+import tarfile
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO, Iterable
+
+from forgepatch.errors import BadInput
+
+FIXED_MTIME = 946684800  # 2000-01-01T00:00:00Z: fixed, and valid for zip-based tools
+MANIFEST = ".forgepatch-context.json"
+UPSTREAM_TAR = "upstream/sglang.tar"
+REQUIRED_DIRS = ("wheels", "overlay/sglang")
+
+# The probe's module closure: stdlib + torch only, importable without libcst/git/docker.
+PROBE_MODULES = ("__init__.py", "arch.py", "errors.py", "smoke/__init__.py", "smoke/probe.py")
+PROBE_REQUIRED = ("__init__.py", "arch.py", "errors.py")
+
+SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL", re.I)
+MIN_SECRET_LEN = 8
+
+
+def secret_values(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment variables that look like secrets (name -> value), values long enough to
+    search for without false positives."""
+    env = os.environ if environ is None else environ
+    return {k: v for k, v in env.items() if SECRET_NAME.search(k) and len(v) >= MIN_SECRET_LEN}
+
+
+@dataclass(frozen=True)
+class Entry:
+    path: str  # POSIX, relative to the context root
+    is_dir: bool
+    mode: int  # normalised permission bits
+    size: int = 0
+    sha256: str = ""
+
+    def line(self) -> str:
+        kind = "d" if self.is_dir else "f"
+        return f"{kind} {self.mode:04o} {self.size} {self.sha256 or '-'} {self.path}\n"
+
+
+@dataclass
+class BuildContext:
+    root: Path
+    entries: list[Entry]
+    digest: str  # sha256 over the sorted entry lines (content, mode, size, path)
+    overlay_files: list[str] = field(default_factory=list)  # package-relative
+    removed_files: list[str] = field(default_factory=list)
+    wheels: list[tuple[str, str]] = field(default_factory=list)  # (file name, sha256)
+    probe_modules: list[str] = field(default_factory=list)
+    files_written: int = 0  # how many files this assembly had to (re)write
+
+    @property
+    def size(self) -> int:
+        return sum(e.size for e in self.entries)
+
+    def write_tar(self, fileobj: BinaryIO) -> None:
+        """The context as an uncompressed tar: sorted, fixed mtime, root-owned."""
+        with tarfile.open(fileobj=fileobj, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for entry in self.entries:
+                if entry.is_dir:
+                    tar.addfile(_tarinfo(entry.path, entry.mode, is_dir=True))
+                else:
+                    with open(self.root / entry.path, "rb") as fh:
+                        tar.addfile(_tarinfo(entry.path, entry.mode, entry.size), fh)
+
+
+def _tarinfo(name: str, mode: int, size: int = 0, is_dir: bool = False) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.mtime, info.mode, info.size = FIXED_MTIME, mode, size
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    if is_dir:
+        info.type = tarfile.DIRTYPE
+    return info
+
+
+def _skip(name: str) -> bool:
+    return name.startswith(".") or name == "__pycache__" or name.endswith((".pyc", ".pyo"))
+
+
+def package_files(package: Path) -> dict[str, str]:
+    """Package-relative POSIX path -> absolute file path, sorted; symlinks are followed."""
+    out: dict[str, str] = {}
+    stack = [(str(package), "")]
+    while stack:
+        directory, prefix = stack.pop()
+        with os.scandir(directory) as it:
+            for entry in it:
+                if _skip(entry.name):
+                    continue
+                if entry.is_dir():
+                    stack.append((entry.path, prefix + entry.name + "/"))
+                elif entry.is_file():
+                    out[prefix + entry.name] = entry.path
+    return dict(sorted(out.items()))
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+def package_tar(files: dict[str, bytes], prefix: str = "sglang") -> bytes:
+    """A package as one deterministic tar (``prefix/rel`` members, sorted, fixed metadata)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        dirs = sorted({"/".join(rel.split("/")[:i]) for rel in files for i in range(1, rel.count("/") + 1)})
+        tar.addfile(_tarinfo(prefix, 0o755, is_dir=True))
+        for d in dirs:
+            tar.addfile(_tarinfo(f"{prefix}/{d}", 0o755, is_dir=True))
+        for rel, data in sorted(files.items()):
+            tar.addfile(_tarinfo(f"{prefix}/{rel}", 0o644, len(data)), io.BytesIO(data))
+    return buf.getvalue()
+
+
+@dataclass
+class _File:
+    data: bytes | None  # content, or None when it is read from ``path`` at write time
+    path: str | None
+    mode: int
+    size: int
+    sha256: str
+
+
+class _Plan:
+    """The context's files (rel -> _File), secret-scanned as they are added."""
+
+    def __init__(self, secrets: dict[str, str]):
+        self.files: dict[str, _File] = {}
+        self.secrets = {k: v.encode() for k, v in secrets.items()}
+
+    def scan(self, data: bytes, origin: object) -> None:
+        for name, value in self.secrets.items():
+            if value in data:
+                raise BadInput(
+                    f"{origin}: contains the value of ${name}; refusing to put a secret into an image "
+                    "(tokens are runtime environment only)"
+                )
+
+    def put(self, rel: str, data: bytes, origin: object, mode: int = 0o644) -> None:
+        self.scan(data, origin)
+        self.files[rel] = _File(data, None, mode, len(data), hashlib.sha256(data).hexdigest())
+
+    def entries(self) -> list[Entry]:
+        dirs = set(REQUIRED_DIRS)
+        for rel in list(self.files) + list(REQUIRED_DIRS):
+            parts = rel.split("/")
+            dirs.update("/".join(parts[:i]) for i in range(1, len(parts)))
+        out = [Entry(d, True, 0o755) for d in dirs]
+        out += [Entry(rel, False, f.mode, f.size, f.sha256) for rel, f in self.files.items()]
+        return sorted(out, key=lambda e: e.path)
+
+
+def assemble(
+    dest: Path,
+    *,
+    package: Path,
+    upstream: Path | None = None,
+    wheels: Iterable[Path] = (),
+    dockerfile: Path,
+    installer: Path,
+    probe_src: Path,
+    secrets: dict[str, str] | None = None,
+    tar_cache: Path | None = None,
+) -> BuildContext:
+    """Write (sync) the build context into ``dest`` and return it with its digest.
+
+    ``package`` is the patched ``sglang/`` dir; ``upstream`` the unpatched one (then only the
+    files that differ go to the overlay layer); ``probe_src`` the ``forgepatch`` package dir;
+    ``tar_cache`` a directory where upstream tars are kept between runs.
+    """
+    _check_package(package, "patched package")
+    if upstream is not None:
+        _check_package(upstream, "upstream package")
+    wheels = [Path(w) for w in wheels]
+    for wheel in wheels:
+        if wheel.suffix != ".whl" or not wheel.is_file():
+            raise BadInput(f"extra wheel {wheel}: not a .whl file")
+    if len({w.name for w in wheels}) != len(wheels):
+        raise BadInput("extra wheels: two wheels share a file name")
+
+    dest = Path(dest).absolute()
+    plan = _Plan(secrets or {})
+    try:
+        ctx = _plan(plan, Path(package), upstream and Path(upstream), wheels, dockerfile, installer, probe_src, tar_cache)
+        ctx.files_written = _sync(plan, ctx.entries, dest)
+    except OSError as exc:
+        where = exc.filename or dest
+        raise BadInput(f"cannot write the build context to {dest}: {where}: {exc.strerror or exc}") from exc
+    ctx.root = dest
+    return ctx
+
+
+def _check_package(package: Path, what: str) -> None:
+    if not (Path(package) / "__init__.py").is_file():
+        raise BadInput(f"{what} {package}: not a Python package directory (no __init__.py)")
+
+
+def _plan(plan, package, upstream, wheels, dockerfile, installer, probe_src, tar_cache) -> BuildContext:
+    plan.put("Dockerfile", Path(dockerfile).read_bytes(), dockerfile)
+    plan.put("probe/install.py", Path(installer).read_bytes(), installer)
+
+    probe_modules = []
+    for rel in PROBE_MODULES:
+        src = Path(probe_src) / rel
+        if src.is_file():
+            plan.put(f"probe/python/forgepatch/{rel}", src.read_bytes(), src)
+            probe_modules.append(rel)
+        elif rel in PROBE_REQUIRED:
+            raise BadInput(f"probe module {src} is missing")
+
+    wheel_facts = []
+    for wheel in sorted(wheels, key=lambda p: p.name):
+        data = wheel.read_bytes()
+        plan.put(f"wheels/{wheel.name}", data, wheel)
+        wheel_facts.append((wheel.name, hashlib.sha256(data).hexdigest()))
+
+    patched_paths = package_files(package)
+    patched: dict[str, str] = {}  # rel -> sha256 (content scanned for secrets)
+    contents: dict[str, bytes] = {}
+    for rel, path in patched_paths.items():
+        data = _read(path)
+        plan.scan(data, path)
+        patched[rel] = hashlib.sha256(data).hexdigest()
+        contents[rel] = data
+    plan.files[UPSTREAM_TAR], pristine = _upstream_tar(plan, upstream or package, tar_cache)
+
+    overlay = sorted(rel for rel, sha in patched.items() if pristine.get(rel) != sha)
+    removed = sorted(rel for rel in pristine if rel not in patched)
+    for rel in overlay:
+        plan.put(f"overlay/sglang/{rel}", contents[rel], patched_paths[rel])
+    plan.put("upstream/removed.txt", "".join(r + "\n" for r in removed).encode(), "removed files")
+
+    entries = plan.entries()
+    digest = hashlib.sha256("".join(e.line() for e in entries).encode()).hexdigest()
+    return BuildContext(Path(), entries, digest, overlay, removed, wheel_facts, probe_modules)
+
+
+def _upstream_tar(plan: _Plan, package: Path, cache: Path | None) -> tuple[_File, dict[str, str]]:
+    """The unpatched package as one tar, and {rel: sha256} of its files.
+
+    Cached in ``cache`` under a key made of the tree's path, file names, sizes and mtimes, so
+    an unchanged upstream tree (a downloaded release) is read and packed only once."""
+    files = package_files(package)
+    stamp = hashlib.sha256(str(Path(package).resolve()).encode())
+    for rel, path in files.items():
+        st = os.stat(path)
+        stamp.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    key = stamp.hexdigest()[:32]
+    tar_path, meta_path = (Path(cache, key + ".tar"), Path(cache, key + ".json")) if cache else (None, None)
+    if tar_path is not None:
+        try:
+            meta = json.loads(meta_path.read_text())
+            if os.path.getsize(tar_path) == meta["size"]:
+                return _File(None, str(tar_path), 0o644, meta["size"], meta["sha256"]), meta["files"]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    contents, shas = {}, {}
+    for rel, path in files.items():
+        data = _read(path)
+        plan.scan(data, path)
+        contents[rel] = data
+        shas[rel] = hashlib.sha256(data).hexdigest()
+    tar = package_tar(contents)
+    tar_file = _File(tar, None, 0o644, len(tar), hashlib.sha256(tar).hexdigest())
+    if tar_path is not None:
+        _write_file(tar_path, tar, 0o644)
+        meta = {"sha256": tar_file.sha256, "size": tar_file.size, "files": shas}
+        _write_file(meta_path, json.dumps(meta).encode(), 0o644)
+    return tar_file, shas
+
+
+def _sync(plan: _Plan, entries: list[Entry], dest: Path) -> int:
+    """Make ``dest`` hold exactly ``entries``; returns how many files were (re)written."""
+    manifest_path = dest / MANIFEST
+    old: dict[str, list] = {}
+    if dest.exists():
+        if not dest.is_dir():
+            raise NotADirectoryError(20, "not a directory", str(dest))
+        if manifest_path.is_file():
+            try:
+                old = json.loads(manifest_path.read_text())["files"]
+            except (ValueError, KeyError, TypeError):
+                old = {}
+        elif any(dest.iterdir()):
+            raise BadInput(f"build context dir {dest} is not empty and not a forgepatch context; refusing to overwrite it")
+    dest.mkdir(parents=True, exist_ok=True)
+
+    wanted = {e.path: e for e in entries}
+    written = 0
+    for e in entries:
+        path = dest / e.path
+        if e.is_dir:
+            if path.is_symlink() or (path.exists() and not path.is_dir()):
+                path.unlink()
+            path.mkdir(parents=True, exist_ok=True)
+            continue
+        try:
+            st = os.lstat(path)
+            fresh = (
+                old.get(e.path) == [e.sha256, e.mode, e.size]
+                and stat.S_ISREG(st.st_mode) and st.st_size == e.size and int(st.st_mtime) == FIXED_MTIME
+            )
+        except FileNotFoundError:
+            fresh = False
+        if not fresh:
+            f = plan.files[e.path]
+            _write_file(path, f.data if f.data is not None else Path(f.path), e.mode)
+            written += 1
+
+    for dirpath, dirnames, filenames in os.walk(dest, topdown=False):
+        for name in filenames:
+            rel = Path(dirpath, name).relative_to(dest).as_posix()
+            if rel != MANIFEST and rel not in wanted:
+                os.unlink(Path(dirpath, name))
+        for name in dirnames:
+            rel = Path(dirpath, name).relative_to(dest).as_posix()
+            if rel not in wanted:
+                p = Path(dirpath, name)
+                p.unlink() if p.is_symlink() else os.rmdir(p)
+    for e in entries:
+        if e.is_dir:
+            os.utime(dest / e.path, (FIXED_MTIME, FIXED_MTIME))
+    doc = {"files": {e.path: [e.sha256, e.mode, e.size] for e in entries if not e.is_dir}}
+    _write_file(manifest_path, json.dumps(doc, sort_keys=True).encode(), 0o644)
+    return written
+
+
+def _write_file(path: Path, data: bytes | Path, mode: int) -> None:
+    """Write ``data`` (bytes, or a file to copy) to ``path`` via a temp file + rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    try:
+        if isinstance(data, Path):
+            shutil.copyfile(data, tmp)
+        else:
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+        os.chmod(tmp, mode)
+        os.utime(tmp, (FIXED_MTIME, FIXED_MTIME))
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
