@@ -36,8 +36,9 @@ def _globals(
 
 def _register() -> None:
     from forgepatch.cli import apply as _apply
+    from forgepatch.cli import build as _build
 
-    for module in (_apply,):
+    for module in (_apply, _build):
         module.register(app)
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -179,31 +178,28 @@ def _run_build(api, spec, labels, nocache, emit, log_path):
     image_id = None
     error = None
     partial = ""
-    with tempfile.TemporaryFile() as tar:
-        spec.context.write_tar(tar)
-        tar.seek(0)
-        emit("context", {"bytes": tar.tell() or spec.context.size, "tag": spec.tag})
-        try:
-            stream = api.build(
-                fileobj=tar, custom_context=True, tag=spec.tag, rm=True, forcerm=True, nocache=nocache,
-                pull=False, buildargs=spec.engine_args(labels), network_mode="none", decode=True,
-                use_config_proxy=False,
-            )
-            for chunk in stream:
-                if "stream" in chunk:
-                    partial += chunk["stream"]
-                    *done, partial = partial.split("\n")
-                    for line in done:
-                        _take_line(line.rstrip("\r"), lines, steps, emit)
-                if "aux" in chunk and isinstance(chunk["aux"], dict) and chunk["aux"].get("ID"):
-                    image_id = chunk["aux"]["ID"]
-                if "error" in chunk or "errorDetail" in chunk:
-                    detail = chunk.get("errorDetail") or {}
-                    error = (detail.get("message") or chunk.get("error") or "unknown error").strip()
-        except APIError as exc:
-            error = str(exc.explanation or exc)
-        except (DockerException, OSError) as exc:
-            error = f"lost the Docker engine mid-build: {exc}"
+    emit("context", {"bytes": spec.context.size, "tag": spec.tag})
+    try:
+        stream = api.build(
+            fileobj=spec.context.tar_chunks(), custom_context=True, tag=spec.tag, rm=True, forcerm=True,
+            nocache=nocache, pull=False, buildargs=spec.engine_args(labels), network_mode="none", decode=True,
+            use_config_proxy=False,
+        )
+        for chunk in stream:
+            if "stream" in chunk:
+                partial += chunk["stream"]
+                *done, partial = partial.split("\n")
+                for line in done:
+                    _take_line(line.rstrip("\r"), lines, steps, emit)
+            if "aux" in chunk and isinstance(chunk["aux"], dict) and chunk["aux"].get("ID"):
+                image_id = chunk["aux"]["ID"]
+            if "error" in chunk or "errorDetail" in chunk:
+                detail = chunk.get("errorDetail") or {}
+                error = (detail.get("message") or chunk.get("error") or "unknown error").strip()
+    except APIError as exc:
+        error = str(exc.explanation or exc)
+    except (DockerException, OSError) as exc:
+        error = f"lost the Docker engine mid-build: {exc}"
     if partial.strip():
         _take_line(partial.rstrip(), lines, steps, emit)
     if error:

@@ -6,15 +6,16 @@ Layout (the shipped Dockerfile reads exactly this)::
     wheels/<name>.whl         extra wheels of the arch (installed offline)
     probe/install.py          the in-image installer (data/dockerfiles/install.py)
     probe/python/forgepatch/  the probe: forgepatch's stdlib-only modules
-    upstream/sglang.tar       the pin's unpatched package as ONE deterministic tar (thousands
-                              of small files would cost the engine seconds per build to unpack);
-                              cached per upstream tree, so only the first build of a pin makes it
+    upstream/sglang.tar.gz    the pin's unpatched package as ONE deterministic gzipped tar
+                              (thousands of small files, or 70 MB of them, cost the engine
+                              time on every build); cached per upstream tree, so only the first
+                              build of a pin packs it
     upstream/removed.txt      package files the patches deleted, one per line
     overlay/sglang/           files that differ from upstream (the whole patched package goes
-                              to upstream/sglang.tar when no upstream tree is given)
+                              to upstream/sglang.tar.gz when no upstream tree is given)
 
 Entries are sorted, modes normalised (0644 / 0755), mtimes and owners fixed, so the same inputs
-give the same tar stream and the same digest on every machine. Hidden files, ``__pycache__`` and
+give the same tar stream and the same digest on every machine. ``.git``, ``__pycache__`` and
 bytecode are never copied. A file holding the value of a secret-looking environment variable
 (``HF_TOKEN`` ...) is refused: secrets are runtime-only (the patched tree is scanned on every
 assembly, the upstream tree when its tar is made).
@@ -27,6 +28,7 @@ never touched.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import json
@@ -38,13 +40,14 @@ import tarfile
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Iterable
+from typing import BinaryIO, Iterable, Iterator
 
 from forgepatch.errors import BadInput
 
 FIXED_MTIME = 946684800  # 2000-01-01T00:00:00Z: fixed, and valid for zip-based tools
 MANIFEST = ".forgepatch-context.json"
-UPSTREAM_TAR = "upstream/sglang.tar"
+UPSTREAM_TAR = "upstream/sglang.tar.gz"
+GZIP_LEVEL = 6
 REQUIRED_DIRS = ("wheels", "overlay/sglang")
 
 # The probe's module closure: stdlib + torch only, importable without libcst/git/docker.
@@ -92,13 +95,40 @@ class BuildContext:
 
     def write_tar(self, fileobj: BinaryIO) -> None:
         """The context as an uncompressed tar: sorted, fixed mtime, root-owned."""
-        with tarfile.open(fileobj=fileobj, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for chunk in self.tar_chunks():
+            fileobj.write(chunk)
+
+    def tar_chunks(self, chunk_size: int = 1 << 20) -> Iterator[bytes]:
+        """The same tar as a stream of chunks (sent to the engine without a temp file)."""
+        sink = _Sink()
+        with tarfile.open(fileobj=sink, mode="w|", format=tarfile.PAX_FORMAT) as tar:
             for entry in self.entries:
                 if entry.is_dir:
                     tar.addfile(_tarinfo(entry.path, entry.mode, is_dir=True))
                 else:
                     with open(self.root / entry.path, "rb") as fh:
                         tar.addfile(_tarinfo(entry.path, entry.mode, entry.size), fh)
+                if sink.size >= chunk_size:
+                    yield sink.take()
+        yield sink.take()
+
+
+class _Sink:
+    """A write-only file object that hands out what was written."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.parts.append(bytes(data))
+        self.size += len(data)
+        return len(data)
+
+    def take(self) -> bytes:
+        out = b"".join(self.parts)
+        self.parts, self.size = [], 0
+        return out
 
 
 def _tarinfo(name: str, mode: int, size: int = 0, is_dir: bool = False) -> tarfile.TarInfo:
@@ -112,7 +142,7 @@ def _tarinfo(name: str, mode: int, size: int = 0, is_dir: bool = False) -> tarfi
 
 
 def _skip(name: str) -> bool:
-    return name.startswith(".") or name == "__pycache__" or name.endswith((".pyc", ".pyo"))
+    return name in ("__pycache__", ".git") or name.endswith((".pyc", ".pyo"))
 
 
 def package_files(package: Path) -> dict[str, str]:
@@ -228,6 +258,22 @@ def assemble(
     return ctx
 
 
+def check_dest(dest: Path) -> None:
+    """Fail fast (before any patching) when ``dest`` cannot become a build context."""
+    dest = Path(dest).absolute()
+    if dest.exists() and not dest.is_dir():
+        raise BadInput(f"cannot write the build context to {dest}: not a directory")
+    if dest.is_dir() and not (dest / MANIFEST).is_file() and any(dest.iterdir()):
+        raise BadInput(f"build context dir {dest} is not empty and not a forgepatch context; refusing to overwrite it")
+    probe = dest / f".write-test-{uuid.uuid4().hex[:8]}"
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise BadInput(f"cannot write the build context to {dest}: {exc.strerror or exc}") from exc
+
+
 def _check_package(package: Path, what: str) -> None:
     if not (Path(package) / "__init__.py").is_file():
         raise BadInput(f"{what} {package}: not a Python package directory (no __init__.py)")
@@ -284,7 +330,7 @@ def _upstream_tar(plan: _Plan, package: Path, cache: Path | None) -> tuple[_File
         st = os.stat(path)
         stamp.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     key = stamp.hexdigest()[:32]
-    tar_path, meta_path = (Path(cache, key + ".tar"), Path(cache, key + ".json")) if cache else (None, None)
+    tar_path, meta_path = (Path(cache, key + ".tar.gz"), Path(cache, key + ".json")) if cache else (None, None)
     if tar_path is not None:
         try:
             meta = json.loads(meta_path.read_text())
@@ -299,7 +345,14 @@ def _upstream_tar(plan: _Plan, package: Path, cache: Path | None) -> tuple[_File
         contents[rel] = data
         shas[rel] = hashlib.sha256(data).hexdigest()
     tar = package_tar(contents)
-    tar_file = _File(tar, None, 0o644, len(tar), hashlib.sha256(tar).hexdigest())
+    # Identity = sha256 of the uncompressed tar: gzip bytes may differ between zlib builds,
+    # the package may not (so tags agree across machines).
+    identity = hashlib.sha256(tar).hexdigest()
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", compresslevel=GZIP_LEVEL, mtime=0, filename="") as gz:
+        gz.write(tar)
+    tar = buf.getvalue()
+    tar_file = _File(tar, None, 0o644, len(tar), identity)
     if tar_path is not None:
         _write_file(tar_path, tar, 0o644)
         meta = {"sha256": tar_file.sha256, "size": tar_file.size, "files": shas}
@@ -368,8 +421,11 @@ def _write_file(path: Path, data: bytes | Path, mode: int) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
     try:
-        if isinstance(data, Path):
-            shutil.copyfile(data, tmp)
+        if isinstance(data, Path):  # the cached upstream tar: share it when on the same disk
+            try:
+                os.link(data, tmp)
+            except OSError:
+                shutil.copyfile(data, tmp)
         else:
             with open(tmp, "wb") as fh:
                 fh.write(data)

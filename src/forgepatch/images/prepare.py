@@ -10,7 +10,7 @@ from typing import Any
 
 from forgepatch.arch import Arch, get_arch
 from forgepatch.errors import BadInput, Failure
-from forgepatch.images.context import BuildContext, assemble, secret_values
+from forgepatch.images.context import BuildContext, assemble, check_dest, secret_values
 from forgepatch.images.spec import ImageSpec, SourceFacts, tag_safe
 from forgepatch.paths import DATA_DIR, SHIPPED_DOCKERFILE, cache_dir
 
@@ -85,13 +85,14 @@ class Prepared:
 
 def prepare(target: Target, matrix, patches_dir: Path, context_dir: Path | None = None) -> Prepared:
     """Run the patch engine for ``target`` and assemble its build context."""
+    dest = context_dir or default_context_dir(target.pin, target.arch.name)
+    check_dest(dest)
     try:
         from forgepatch.patching.service import apply_arch
         from forgepatch.sources import resolve_source
     except ImportError as exc:
         raise Failure(f"the patch engine is not available in this build of forgepatch: {exc}") from exc
 
-    dest = context_dir or default_context_dir(target.pin, target.arch.name)
     tree = resolve_source(target.source, matrix)
     with tempfile.TemporaryDirectory(prefix="forgepatch-build-") as tmp:
         out = Path(tmp)

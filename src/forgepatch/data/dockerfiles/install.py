@@ -136,7 +136,7 @@ def cmd_upstream() -> None:
     target = detect_target()
     with open(TARGET_RECORD, "w") as fh:
         fh.write(target + "\n")
-    count = extract_package(ROOT + "/upstream/sglang.tar", target)
+    count = extract_package(ROOT + "/upstream/sglang.tar.gz", target)
     removed = 0
     for rel in open(ROOT + "/upstream/removed.txt").read().split("\n"):
         path = os.path.join(target, rel)
