@@ -37,46 +37,65 @@ def _globals(
 def _register() -> None:
     from forgepatch.cli import apply as _apply
     from forgepatch.cli import build as _build
+    from forgepatch.cli import probe as _probe
+    from forgepatch.cli import smoke as _smoke
 
-    for module in (_apply, _build):
+    for module in (_apply, _build, _probe, _smoke):
         module.register(app)
 
 
 _register()
 
 
+def _click_exceptions():
+    try:  # typer >= 0.25 vendors click
+        from typer._click import exceptions
+    except ImportError:  # pragma: no cover - older typer on real click
+        from click import exceptions
+    return exceptions
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: maps errors onto exit codes with one-line messages."""
-    import click
-
     from forgepatch.errors import ForgepatchError
 
+    cexc = _click_exceptions()
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     try:
-        app(args=argv, prog_name="forgepatch", standalone_mode=False)
+        # non-standalone typer returns the code of typer.Exit / Ctrl-C (130) instead of raising
+        code = app(args=argv, prog_name="forgepatch", standalone_mode=False)
+        if isinstance(code, int) and code:
+            if code == 130:
+                print("forgepatch: interrupted", file=sys.stderr)
+            return code
+        return 0
     except ForgepatchError as exc:
         if debug:
             raise
         print(f"forgepatch: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         return exc.exit_code
-    except click.exceptions.Abort:
+    except typer.Abort:
         print("forgepatch: aborted", file=sys.stderr)
         return 130
-    except click.UsageError as exc:
+    except cexc.UsageError as exc:
         if debug:
             raise
+        if exc.__class__.__name__ == "NoArgsIsHelpError":
+            return 2  # the help text was printed already
         where = f" ({exc.ctx.command_path})" if exc.ctx else ""
-        print(f"forgepatch: error{where}: {exc.format_message()}", file=sys.stderr)
+        message = " ".join(exc.format_message().split())
+        print(f"forgepatch: error{where}: {message}", file=sys.stderr)
         return 2
-    except click.ClickException as exc:
-        print(f"forgepatch: error: {exc.format_message()}", file=sys.stderr)
+    except cexc.ClickException as exc:
+        if debug:
+            raise
+        print(f"forgepatch: error: {' '.join(exc.format_message().split())}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("forgepatch: interrupted", file=sys.stderr)
         return 130
-    return 0
 
 
 def entry() -> None:  # pragma: no cover - console script shim

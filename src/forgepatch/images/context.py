@@ -28,6 +28,7 @@ never touched.
 
 from __future__ import annotations
 
+import ast
 import gzip
 import hashlib
 import io
@@ -50,8 +51,9 @@ UPSTREAM_TAR = "upstream/sglang.tar.gz"
 GZIP_LEVEL = 6
 REQUIRED_DIRS = ("wheels", "overlay/sglang")
 
-# The probe's module closure: stdlib + torch only, importable without libcst/git/docker.
-PROBE_MODULES = ("__init__.py", "arch.py", "errors.py", "smoke/__init__.py", "smoke/probe.py")
+# The probe ships with these modules and every forgepatch module they import (found by
+# reading their imports): stdlib + torch only, importable without libcst/git/docker.
+PROBE_ROOTS = ("__init__.py", "arch.py", "errors.py", "smoke/__init__.py", "smoke/probe.py")
 PROBE_REQUIRED = ("__init__.py", "arch.py", "errors.py")
 
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL", re.I)
@@ -283,14 +285,13 @@ def _plan(plan, package, upstream, wheels, dockerfile, installer, probe_src, tar
     plan.put("Dockerfile", Path(dockerfile).read_bytes(), dockerfile)
     plan.put("probe/install.py", Path(installer).read_bytes(), installer)
 
-    probe_modules = []
-    for rel in PROBE_MODULES:
+    for rel in PROBE_REQUIRED:
+        if not (Path(probe_src) / rel).is_file():
+            raise BadInput(f"probe module {Path(probe_src) / rel} is missing")
+    probe_modules = probe_closure(Path(probe_src))
+    for rel in probe_modules:
         src = Path(probe_src) / rel
-        if src.is_file():
-            plan.put(f"probe/python/forgepatch/{rel}", src.read_bytes(), src)
-            probe_modules.append(rel)
-        elif rel in PROBE_REQUIRED:
-            raise BadInput(f"probe module {src} is missing")
+        plan.put(f"probe/python/forgepatch/{rel}", src.read_bytes(), src)
 
     wheel_facts = []
     for wheel in sorted(wheels, key=lambda p: p.name):
@@ -317,6 +318,42 @@ def _plan(plan, package, upstream, wheels, dockerfile, installer, probe_src, tar
     entries = plan.entries()
     digest = hashlib.sha256("".join(e.line() for e in entries).encode()).hexdigest()
     return BuildContext(Path(), entries, digest, overlay, removed, wheel_facts, probe_modules)
+
+
+def probe_closure(pkg: Path, roots: Iterable[str] = PROBE_ROOTS) -> list[str]:
+    """The probe's files: ``roots`` (those present), every ``forgepatch`` module they import
+    (at any depth, also inside functions) and the ``__init__.py`` of each package on the way."""
+    found: set[str] = set()
+    todo = [r for r in roots if (pkg / r).is_file()]
+    while todo:
+        rel = todo.pop()
+        if rel in found:
+            continue
+        found.add(rel)
+        parts = rel.split("/")[:-1]
+        for i in range(len(parts) + 1):
+            init = "/".join(parts[:i] + ["__init__.py"])
+            if (pkg / init).is_file() and init not in found:
+                todo.append(init)
+        tree = ast.parse((pkg / rel).read_bytes(), filename=str(pkg / rel))
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:  # relative: resolve against this module's package
+                    base = parts[: len(parts) - (node.level - 1)] if node.level > 1 else parts
+                    mod = ".".join(["forgepatch", *base] + ([node.module] if node.module else []))
+                else:
+                    mod = node.module or ""
+                names = [mod] + [f"{mod}.{a.name}" for a in node.names]
+            for name in names:
+                if name == "forgepatch" or name.startswith("forgepatch."):
+                    sub = name.split(".")[1:]
+                    for cand in ("/".join(sub) + ".py", "/".join(sub + ["__init__.py"])):
+                        if sub and (pkg / cand).is_file():
+                            todo.append(cand)
+    return sorted(found)
 
 
 def _upstream_tar(plan: _Plan, package: Path, cache: Path | None) -> tuple[_File, dict[str, str]]:

@@ -1,0 +1,86 @@
+"""Benchmark: `forgepatch apply --arch sm120` on the full newest-release tree vs parsing
+every file with libcst (the baseline a naive codemod pays), in the same run.
+
+    python bench/apply.py [--version 0.5.23] [--runs 5] [--baseline-runs 1]
+
+Prints medians and ratios as JSON. Goals (issue): apply <= 1.0 s wall including start-up,
+>= 100x faster than parse-all; `forgepatch --help` <= 0.25 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def wall(cmd: list[str]) -> float:
+    t = time.perf_counter()
+    subprocess.run(cmd, check=False, capture_output=True)
+    return time.perf_counter() - t
+
+
+def parse_all(package: Path) -> tuple[float, int]:
+    import libcst as cst
+
+    files = sorted(package.rglob("*.py"))
+    t = time.perf_counter()
+    for f in files:
+        try:
+            cst.parse_module(f.read_text(encoding="utf-8"))
+        except Exception:  # noqa: BLE001 - the baseline only pays the cost
+            pass
+    return time.perf_counter() - t, len(files)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--version", default="0.5.23")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--baseline-runs", type=int, default=1)
+    args = ap.parse_args()
+
+    from forgepatch.sources import pypi_tree
+
+    tree = pypi_tree(args.version)
+    exe = [sys.executable, "-m", "forgepatch"]
+    apply_cmd = exe + ["apply", "--arch", "sm120", "--source", str(tree.package.parent), "--check"]
+    wall(apply_cmd)  # warm the page cache
+    applies = [wall(apply_cmd) for _ in range(args.runs)]
+    helps = [wall(exe + ["--help"]) for _ in range(args.runs)]
+
+    from forgepatch.arch import get_arch
+    from forgepatch.patching.engine import run_series
+    from forgepatch.patching.patchset import load_patches
+    from forgepatch.paths import SHIPPED_PATCHES
+    from forgepatch.patching.trees import DirTree
+
+    patches = load_patches(SHIPPED_PATCHES, ["sm120-flashinfer-allreduce-fusion"])
+    engine = []
+    for _ in range(args.runs):
+        t = time.perf_counter()
+        run_series(DirTree(tree.package, True), patches, get_arch("sm120"), args.version)
+        engine.append(time.perf_counter() - t)
+    baseline = [parse_all(tree.package) for _ in range(args.baseline_runs)]
+    base = statistics.median(b[0] for b in baseline)
+    doc = {
+        "version": args.version,
+        "files": baseline[0][1],
+        "apply_cli_wall_s_median": round(statistics.median(applies), 3),
+        "apply_engine_s_median": round(statistics.median(engine), 3),
+        "parse_all_baseline_s_median": round(base, 2),
+        "speedup_cli_vs_parse_all": round(base / statistics.median(applies), 1),
+        "speedup_engine_vs_parse_all": round(base / statistics.median(engine), 1),
+        "help_wall_s_median": round(statistics.median(helps), 3),
+        "runs": args.runs,
+        "baseline_runs": args.baseline_runs,
+    }
+    print(json.dumps(doc, indent=2))
+
+
+if __name__ == "__main__":
+    main()

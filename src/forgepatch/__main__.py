@@ -1,0 +1,5 @@
+"""``python -m forgepatch``."""
+
+from forgepatch.cli import entry
+
+entry()

@@ -1,0 +1,98 @@
+"""The codemod interface every patch uses: edit a function found by symbol and marker.
+
+The engine parses a candidate file once, finds the functions a site names, and hands each
+(original node, with positions available) to ``edit_function``. A codemod reports what it
+found through ``ctx.report`` and returns the edited function (or None: unchanged). After
+all functions of a file are edited, ``finalize_module`` may add module-level code (imports,
+constants, helpers) the edits need.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import libcst as cst
+
+from forgepatch.arch import Arch
+from forgepatch.patching.model import Status
+
+
+@dataclass
+class Finding:
+    site: str
+    status: Status
+    line: int | None
+    symbol: str
+    detail: str = ""
+    file: str | None = None
+
+
+@dataclass
+class FileContext:
+    """What a codemod may know about the file and tree it edits."""
+
+    arch: Arch
+    rel: str  # package-relative path of the file
+    module: cst.Module  # the original parsed module
+    pristine: bool  # the tree is unmodified upstream: accepting gates = absorbed
+    read: Callable[[str], "str | None"]  # read another file of this tree (resolution)
+    positions: Any  # libcst PositionProvider mapping for the function being edited
+    parents: Any  # libcst ParentNodeProvider mapping, likewise
+    line_offset: int = 0  # positions are per function: add this to get file lines
+    findings: list[Finding] = field(default_factory=list)
+    state: dict[str, Any] = field(default_factory=dict)  # codemod scratch space per file
+
+    @property
+    def dotted(self) -> str:
+        parts = ["sglang"] + self.rel[:-3].split("/")
+        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+    def line(self, node: cst.CSTNode) -> int | None:
+        try:
+            return self.positions[node].start.line + self.line_offset
+        except KeyError:
+            return None
+
+    def code(self, node: cst.CSTNode) -> str:
+        return self.module.code_for_node(node)
+
+    def accepted(self) -> Status:
+        """Status of a site that already accepts the arch."""
+        return Status.ABSORBED if self.pristine else Status.ALREADY
+
+    def report(self, site: str, status: Status, node: cst.CSTNode | None, symbol: str, detail: str = "") -> None:
+        line = self.line(node) if node is not None else None
+        self.findings.append(Finding(site, status, line, symbol, detail, self.rel))
+
+
+class SiteCodemod:
+    """Base class: subclass it in a ``patches/<id>.py`` as ``Codemod``."""
+
+    def __init__(self, patch: Any) -> None:
+        self.patch = patch
+
+    def edit_function(self, func: cst.FunctionDef, site: Any, symbol: str, ctx: FileContext) -> cst.FunctionDef | None:
+        raise NotImplementedError
+
+    def finalize_module(self, module: cst.Module, ctx: FileContext) -> cst.Module:
+        return module
+
+
+# -- small helpers shared by codemods -------------------------------------------------------
+def insert_after(module: cst.Module, anchor: cst.CSTNode, new: list[cst.BaseStatement]) -> cst.Module:
+    body = list(module.body)
+    i = next(i for i, s in enumerate(body) if s is anchor)
+    return module.with_changes(body=body[: i + 1] + new + body[i + 1 :])
+
+
+def first_non_import_index(module: cst.Module) -> int:
+    """Index of the first top-level statement after the leading docstring/imports block."""
+    for i, stmt in enumerate(module.body):
+        if isinstance(stmt, cst.SimpleStatementLine) and all(
+            isinstance(s, (cst.Import, cst.ImportFrom)) or (i == 0 and isinstance(s, cst.Expr))
+            for s in stmt.body
+        ):
+            continue
+        return i
+    return len(module.body)

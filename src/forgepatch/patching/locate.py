@@ -1,0 +1,66 @@
+"""Finding where a site lives: a byte prefilter (cheap, every file) before any parsing,
+and ranked candidates when a required site has drifted away."""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import re
+from typing import Callable, Iterable
+
+from forgepatch.patching.patchset import Site
+
+
+def def_pattern(sites: Iterable[Site]) -> re.Pattern[bytes]:
+    """One byte regex matching ``def NAME(`` for every function any of ``sites`` names:
+    a single C-speed scan per file decides whether it needs a closer look."""
+    names = sorted({fn for s in sites for fn in s.functions})
+    return re.compile(rb"def (?:" + b"|".join(re.escape(n.encode()) for n in names) + rb")\(")
+
+
+def is_candidate(data: bytes, site: Site) -> bool:
+    """Can this file hold the site? (defines one of its functions and names a marker)"""
+    return any(f"def {fn}(".encode() in data for fn in site.functions) and (
+        not site.markers or any(m.encode() in data for m in site.markers)
+    )
+
+
+def hinted(rel: str, site: Site) -> bool:
+    return any(fnmatch.fnmatch(rel, pat) for pat in site.modules)
+
+
+def order_by_hint(paths: Iterable[str], site: Site) -> list[str]:
+    """Hinted modules first: module globs are hints, not restrictions."""
+    paths = list(paths)
+    return [p for p in paths if hinted(p, site)] + [p for p in paths if not hinted(p, site)]
+
+
+_DEF = re.compile(rb"^([ \t]*)(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
+_CLASS = re.compile(rb"^([ \t]*)class[ \t]+(\w+)", re.M)
+
+
+def candidates(paths: list[str], read: Callable[[str], bytes], site: Site, limit: int = 5) -> list[str]:
+    """Up to ``limit`` functions that may be where the site went, best first, as
+    ``sglang.module.func (file:line)``. Looks in hinted modules and files naming a marker."""
+    scored: list[tuple[float, str]] = []
+    needles = [m.encode() for m in site.markers] + [fn.encode() for fn in site.functions]
+    for rel in paths:
+        data = read(rel)
+        in_hint = hinted(rel, site)
+        marker_hits = sum(1 for n in needles if n in data)
+        if not in_hint and not marker_hits:
+            continue
+        classes = [(m.start(), len(m.group(1)), m.group(2).decode()) for m in _CLASS.finditer(data)]
+        module = "sglang." + rel[:-3].replace("/", ".").removesuffix(".__init__")
+        for m in _DEF.finditer(data):
+            name = m.group(2).decode()
+            indent = len(m.group(1))
+            owner = [c for pos, ind, c in classes if pos < m.start() and ind < indent]
+            qual = f"{owner[-1]}.{name}" if owner else name
+            sim = max(difflib.SequenceMatcher(None, name, fn).ratio() for fn in site.functions)
+            body = data[m.end() : m.end() + 4000]
+            bonus = 0.3 * any(n in body for n in needles) + 0.2 * in_hint
+            line = data.count(b"\n", 0, m.start()) + 1
+            scored.append((sim + bonus, f"{module}.{qual} ({rel}:{line})"))
+    scored.sort(key=lambda t: -t[0])
+    return [s for _, s in scored[:limit]]

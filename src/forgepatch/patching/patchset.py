@@ -1,0 +1,232 @@
+"""Loading patch files: declarative ``<id>.toml`` arch gates or ``<id>.py`` custom codemods.
+
+A patch declares id, summary, arches, an optional ``applies_to`` (PEP 440 specifier over
+the upstream version), its sites (located by symbol + marker) and Fixit-style examples.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from forgepatch.arch import ARCHES
+from forgepatch.errors import BadInput, located
+
+
+@dataclass(frozen=True)
+class Site:
+    """One place a patch edits, found by symbol and marker, never by line."""
+
+    name: str
+    functions: tuple[str, ...]  # function/method names, alternatives for renames
+    modules: tuple[str, ...] = ()  # package-relative glob hints, searched first
+    markers: tuple[str, ...] = ()  # one must appear in the gated condition or its block
+    required: bool = True
+    applies_to: str | None = None  # PEP 440 specifier; None = whenever the patch applies
+    lone: bool = False  # arch-gate only: also widen a lone sm90/sm100 predicate
+
+
+@dataclass(frozen=True)
+class Example:
+    """Fixit-style: ``before`` must become ``after`` (``after`` None = must stay unchanged)."""
+
+    before: str
+    after: str | None
+    arch: str
+    path: str = "example.py"  # package-relative path the snippet pretends to be
+    context: tuple[tuple[str, str], ...] = ()  # other files of the pretend tree
+    upstream: bool = False  # the snippet is pristine upstream (accepting gates = absorbed)
+    name: str = ""
+
+
+@dataclass
+class Patch:
+    id: str
+    summary: str
+    arches: tuple[str, ...]
+    sites: tuple[Site, ...]
+    codemod: Any  # a SiteCodemod class (see codemods/base.py)
+    applies_to: str | None = None
+    examples: tuple[Example, ...] = ()
+    path: Path | None = None
+    hash: str = ""
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def applies(self, version: str | None) -> bool:
+        return _version_in(version, self.applies_to)
+
+    def site_applies(self, site: Site, version: str | None) -> bool:
+        return _version_in(version, site.applies_to)
+
+
+def _version_in(version: str | None, spec: str | None) -> bool:
+    if not spec or version is None:
+        return True
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(version) in SpecifierSet(spec, prereleases=True)
+    except InvalidVersion:
+        return True
+
+
+def patchset_hash(patches: list[Patch]) -> str:
+    """Hash of the ordered patch files: identifies a patch series."""
+    digest = hashlib.sha256()
+    for p in patches:
+        digest.update(p.id.encode() + b"\0" + p.hash.encode() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+# -- parsing --------------------------------------------------------------------------------
+_SITE_KEYS = {"name", "functions", "modules", "markers", "required", "applies_to", "lone"}
+_EXAMPLE_KEYS = {"before", "after", "arch", "path", "context", "upstream", "name"}
+
+
+def _check_spec(spec: Any, where: str) -> str | None:
+    if spec is None:
+        return None
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    try:
+        SpecifierSet(str(spec))
+    except InvalidSpecifier:
+        raise ValueError(f"{where}: invalid version specifier {spec!r}") from None
+    return str(spec)
+
+
+def _str_list(value: Any, where: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ValueError(f"{where}: expected a list of strings")
+    return tuple(value)
+
+
+def build_patch(data: dict[str, Any], codemod: Any, path: Path | None = None) -> Patch:
+    """Validate a patch declaration (from TOML or a ``PATCH`` dict). Raises ValueError('key: msg')."""
+    for key in ("id", "summary", "arches", "sites"):
+        if key not in data:
+            raise ValueError(f"{key}: missing")
+    unknown = set(data) - {"id", "summary", "arches", "sites", "applies_to", "examples", "codemod", "options"}
+    if unknown:
+        raise ValueError(f"{sorted(unknown)[0]}: unknown key")
+    pid = data["id"]
+    if not isinstance(pid, str) or not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", pid):
+        raise ValueError(f"id: {pid!r} must be lower-case letters, digits, '-', '.', '_'")
+    if path is not None and path.stem != pid:
+        raise ValueError(f"id: {pid!r} does not match the file name {path.name!r}")
+    arches = _str_list(data["arches"], "arches")
+    for a in arches:
+        if a not in ARCHES:
+            raise ValueError(f"arches: unknown arch {a!r} (known: {', '.join(ARCHES)})")
+    sites = []
+    for i, s in enumerate(data["sites"]):
+        where = f"sites[{i}]"
+        if not isinstance(s, dict):
+            raise ValueError(f"{where}: expected a table")
+        if set(s) - _SITE_KEYS:
+            raise ValueError(f"{where}.{sorted(set(s) - _SITE_KEYS)[0]}: unknown key")
+        if "name" not in s or "functions" not in s:
+            raise ValueError(f"{where}: needs 'name' and 'functions'")
+        sites.append(Site(
+            name=str(s["name"]),
+            functions=_str_list(s["functions"], f"{where}.functions"),
+            modules=_str_list(s.get("modules", []), f"{where}.modules") if s.get("modules") else (),
+            markers=_str_list(s.get("markers", []), f"{where}.markers") if s.get("markers") else (),
+            required=bool(s.get("required", True)),
+            applies_to=_check_spec(s.get("applies_to"), f"{where}.applies_to"),
+            lone=bool(s.get("lone", False)),
+        ))
+    if not sites:
+        raise ValueError("sites: a patch needs at least one site")
+    examples = []
+    for i, e in enumerate(data.get("examples", [])):
+        where = f"examples[{i}]"
+        if set(e) - _EXAMPLE_KEYS:
+            raise ValueError(f"{where}.{sorted(set(e) - _EXAMPLE_KEYS)[0]}: unknown key")
+        if "before" not in e:
+            raise ValueError(f"{where}: needs 'before'")
+        arch = e.get("arch", arches[0])
+        if arch not in ARCHES:
+            raise ValueError(f"{where}.arch: unknown arch {arch!r}")
+        examples.append(Example(
+            before=e["before"], after=e.get("after"), arch=arch, path=e.get("path", "example.py"),
+            context=tuple(sorted((e.get("context") or {}).items())), upstream=bool(e.get("upstream", False)),
+            name=e.get("name", f"example {i + 1}"),
+        ))
+    return Patch(
+        id=pid, summary=str(data["summary"]), arches=arches, sites=tuple(sites), codemod=codemod,
+        applies_to=_check_spec(data.get("applies_to"), "applies_to"), examples=tuple(examples),
+        path=path, options=dict(data.get("options", {})),
+    )
+
+
+def _toml_patch(path: Path, text: str) -> Patch:
+    from forgepatch.config import key_line
+    from forgepatch.patching.codemods import declarative_codemod
+
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        m = re.search(r"line (\d+)", str(exc))
+        raise BadInput(located(path, int(m.group(1)) if m else None, f"invalid TOML: {exc}")) from None
+    try:
+        codemod = declarative_codemod(data.get("codemod", "arch-gate"))
+        return build_patch(data, codemod, path)
+    except ValueError as exc:
+        key = str(exc).split(":", 1)[0]
+        loc = tuple(re.sub(r"\[\d+\]", "", key).split("."))
+        raise BadInput(located(path, key_line(text, loc), str(exc))) from None
+
+
+def _py_patch(path: Path) -> Patch:
+    spec = importlib.util.spec_from_file_location(f"forgepatch_patch_{path.stem.replace('-', '_')}", path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        raise BadInput(located(path, exc.lineno, f"syntax error: {exc.msg}")) from None
+    except Exception as exc:  # noqa: BLE001 - a broken patch file is bad input
+        raise BadInput(located(path, None, f"cannot load patch: {type(exc).__name__}: {exc}")) from None
+    data, codemod = getattr(module, "PATCH", None), getattr(module, "Codemod", None)
+    if not isinstance(data, dict) or codemod is None:
+        raise BadInput(located(path, None, "a .py patch must define PATCH (a dict) and Codemod (a SiteCodemod class)"))
+    try:
+        return build_patch(data, codemod, path)
+    except ValueError as exc:
+        raise BadInput(located(path, None, str(exc))) from None
+
+
+def load_patch(path: Path) -> Patch:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot read patch: {exc.strerror}") from None
+    patch = _toml_patch(path, raw.decode("utf-8", "replace")) if path.suffix == ".toml" else _py_patch(path)
+    patch.hash = hashlib.sha256(raw).hexdigest()
+    return patch
+
+
+def patch_files(patches_dir: Path) -> dict[str, Path]:
+    files = sorted(patches_dir.glob("*.toml")) + sorted(
+        p for p in patches_dir.glob("*.py") if not p.name.startswith("_")
+    )
+    return {p.stem: p for p in files}
+
+
+def load_patches(patches_dir: Path, ids: list[str]) -> list[Patch]:
+    """Load the named patches, in series order."""
+    files = patch_files(patches_dir)
+    out = []
+    for pid in ids:
+        if pid not in files:
+            raise BadInput(f"{patches_dir}: no patch {pid!r} (have: {', '.join(files) or 'none'})")
+        out.append(load_patch(files[pid]))
+    return out

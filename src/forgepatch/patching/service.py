@@ -1,0 +1,119 @@
+"""Services behind ``forgepatch apply``, ``lint`` and ``patch test`` (the CLI stays thin)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from forgepatch.arch import get_arch
+from forgepatch.errors import BadInput
+from forgepatch.patching.model import ApplyResult
+
+
+@dataclass
+class ApplyRun:
+    result: ApplyResult
+    source: object  # SourceTree
+    written: Path | None = None
+    diff: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        doc = self.result.to_json()
+        doc["source"] = self.source.label
+        doc["upstream_revision"] = self.source.revision
+        doc["written"] = str(self.written) if self.written else None
+        return doc
+
+
+def series_for(arch: str, matrix, patches_dir: Path):
+    from forgepatch.patching.patchset import load_patches
+
+    return load_patches(patches_dir, matrix.arch(arch).patches)
+
+
+def run_arch(arch: str, source: str | None, matrix, patches_dir: Path):
+    """Resolve the source and run the arch's patch series in memory."""
+    from forgepatch.patching.engine import run_series
+    from forgepatch.patching.trees import DirTree
+    from forgepatch.sources import resolve_source
+
+    arch_obj = get_arch(arch)
+    patches = series_for(arch_obj.name, matrix, patches_dir)
+    src = resolve_source(source, matrix)
+    tree = DirTree(src.package, pristine=src.pristine)
+    return run_series(tree, patches, arch_obj, src.version), src, tree, patches
+
+
+def apply_arch(arch: str, source: str | None, out: Path | None, matrix, patches_dir: Path,
+               in_place: bool = False, check: bool = False, diff: bool = False) -> ApplyRun:
+    """Run the series; unless checking, write the result (``--out`` copy or ``--in-place``)."""
+    from forgepatch.patching.writer import unified_diff, write_in_place, write_out
+
+    result, src, _tree, _patches = run_arch(arch, source, matrix, patches_dir)
+    run = ApplyRun(result, src)
+    if diff:
+        run.diff = unified_diff(result.originals, result.changed)
+    if check or result.drift:
+        return run  # drift: nothing is written
+    if in_place:
+        if src.kind != "dir":
+            raise BadInput("--in-place: only a local directory source can be patched in place")
+        write_in_place(src.package, result.originals, result.changed)
+        run.written = src.package
+    elif out is not None:
+        run.written = write_out(src.package, result.changed, out)
+    return run
+
+
+def lint_arch(arch: str, source: str | None, matrix, patches_dir: Path):
+    """Patch in memory, then list the feature's gates that still reject the arch."""
+    from forgepatch.patching.lint import lint_tree
+
+    result, src, tree, patches = run_arch(arch, source, matrix, patches_dir)
+    changed = result.changed
+
+    def read_text(rel: str) -> str | None:
+        if rel in changed:
+            return changed[rel]
+        try:
+            return tree.read(rel).decode("utf-8", "replace")
+        except OSError:
+            return None
+
+    return result, src, lint_tree(read_text, tree.paths(), patches, get_arch(arch))
+
+
+def run_examples(patches) -> list[tuple[str, str, str | None]]:
+    """Run every patch's examples; returns (patch id, example name, failure or None)."""
+    from forgepatch.patching.engine import run_series
+    from forgepatch.patching.trees import MemoryTree
+
+    out = []
+    for patch in patches:
+        for ex in patch.examples:
+            files = dict(ex.context)
+            files[ex.path] = ex.before
+            arch = get_arch(ex.arch)
+            try:
+                res = run_series(MemoryTree(files, pristine=ex.upstream), [patch], arch, None)
+                got = res.changed.get(ex.path, ex.before)
+                want = ex.before if ex.after is None else ex.after
+                error = None
+                if got != want:
+                    error = "output differs from 'after':\n" + _diff(want, got)
+                else:  # the result is a fixed point (idempotence)
+                    files[ex.path] = got
+                    again = run_series(MemoryTree(files), [patch], arch, None)
+                    if again.changed:
+                        error = "not idempotent: a second run changes the output again"
+            except Exception as exc:  # noqa: BLE001 - report, don't crash the runner
+                error = f"{type(exc).__name__}: {exc}"
+            out.append((patch.id, ex.name, error))
+    return out
+
+
+def _diff(want: str, got: str) -> str:
+    import difflib
+
+    return "".join(difflib.unified_diff(want.splitlines(True), got.splitlines(True), "expected", "got"))

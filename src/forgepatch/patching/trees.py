@@ -1,0 +1,57 @@
+"""Read-only package trees the engine works on (see ``model.Tree``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+class DirTree:
+    """An ``sglang/`` directory on disk."""
+
+    def __init__(self, package: Path, pristine: bool = False) -> None:
+        self.package = Path(package)
+        self.pristine = pristine
+        self._paths: list[str] | None = None
+
+    def paths(self) -> list[str]:
+        if self._paths is None:
+            root = str(self.package)
+            out = []
+            for dirpath, dirnames, filenames in os.walk(root):
+                dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+                rel = os.path.relpath(dirpath, root)
+                for f in filenames:
+                    if f.endswith(".py"):
+                        out.append(f if rel == "." else f"{rel}/{f}".replace(os.sep, "/"))
+            self._paths = sorted(out)
+        return self._paths
+
+    def read(self, rel: str) -> bytes:
+        return (self.package / rel).read_bytes()
+
+    def key(self, rel: str) -> str | None:
+        return None
+
+    def display(self, rel: str) -> str:
+        return str(self.package / rel)
+
+
+class MemoryTree:
+    """Files in memory (patch examples, tests)."""
+
+    def __init__(self, files: dict[str, str], pristine: bool = False) -> None:
+        self.files = dict(files)
+        self.pristine = pristine
+
+    def paths(self) -> list[str]:
+        return sorted(self.files)
+
+    def read(self, rel: str) -> bytes:
+        return self.files[rel].encode("utf-8")
+
+    def key(self, rel: str) -> str | None:
+        return None
+
+    def display(self, rel: str) -> str:
+        return rel

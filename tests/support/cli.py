@@ -1,0 +1,33 @@
+"""Run the real ``forgepatch`` CLI in a subprocess (exit codes, stderr, no tracebacks)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+
+
+@dataclass
+class Run:
+    rc: int
+    out: str
+    err: str
+
+    def json(self):
+        return json.loads(self.out)
+
+
+def forgepatch(*args: str, cwd=None, env=None, timeout: int = 600) -> Run:
+    proc = subprocess.run([sys.executable, "-m", "forgepatch", *map(str, args)], capture_output=True,
+                          text=True, cwd=cwd, env=env, timeout=timeout)
+    return Run(proc.returncode, proc.stdout, proc.stderr)
+
+
+def assert_one_line_error(run: Run, rc: int = 2, *needles: str) -> None:
+    assert run.rc == rc, (run.rc, run.out, run.err)
+    lines = [ln for ln in run.err.splitlines() if ln.strip()]
+    assert len(lines) == 1, run.err
+    assert "Traceback" not in run.err
+    for n in needles:
+        assert n in lines[0], (n, lines[0])

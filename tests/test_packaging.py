@@ -1,0 +1,40 @@
+"""A plain (non-editable) install carries the shipped patches, matrix and Dockerfile and
+works from any directory."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import venv
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_wheel_install_works_from_any_directory(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", tmp_path / "dist", ROOT],
+                   check=True, capture_output=True)
+    wheel = next((tmp_path / "dist").glob("forgepatch-*.whl"))
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for data in ("forgepatch/data/matrix.toml", "forgepatch/data/dockerfiles/Dockerfile",
+                 "forgepatch/data/patches/sm120-flashinfer-allreduce-fusion.toml",
+                 "forgepatch/data/patches/sm103-ep-cuda-graph-guard.py"):
+        assert data in names, data
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
+    py = env_dir / "bin" / "python"
+    subprocess.run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheel], check=True, capture_output=True)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    where = subprocess.run([py, "-c", "import forgepatch; print(forgepatch.__file__)"], cwd=work,
+                           capture_output=True, text=True, check=True).stdout
+    assert str(env_dir) in where  # the installed copy, not the checkout
+    out = subprocess.run([py, "-m", "forgepatch", "patch", "list", "--json"], cwd=work,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "sm120-flashinfer-allreduce-fusion" in out.stdout
+    check = subprocess.run([py, "-m", "forgepatch", "apply", "--arch", "sm120", "--source", "pypi:0.5.23", "--check"],
+                           cwd=work, capture_output=True, text=True)
+    assert check.returncode == 1, check.stderr  # the release is not patched yet: exit 1, nothing written
+    assert not any(work.iterdir())
