@@ -13,7 +13,7 @@ import pytest
 from forgepatch.arch import get_arch
 from forgepatch.errors import BadInput
 from forgepatch.images.bake import bake_document, validate, write_bake
-from forgepatch.images.context import FIXED_MTIME, MANIFEST, UPSTREAM_TAR, assemble
+from forgepatch.images.context import FIXED_MTIME, MANIFEST, UPSTREAM_TAR, assemble, probe_closure
 from forgepatch.images.prepare import INSTALLER, PROBE_SRC
 from forgepatch.images.spec import LABEL_ARGS, ImageSpec, SourceFacts
 from forgepatch.paths import SHIPPED_DOCKERFILE
@@ -130,6 +130,16 @@ def test_unwritable_context_dir_is_bad_input_and_leaves_nothing(pristine, patche
     with pytest.raises(BadInput, match="cannot write the build context"):
         _assemble(blocker / "ctx", patched, pristine)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "patched"]
+
+
+def test_probe_ships_its_import_closure_and_nothing_heavier():
+    files = probe_closure(PROBE_SRC)
+    assert {"__init__.py", "arch.py", "errors.py", "smoke/__init__.py", "smoke/probe.py"} <= set(files)
+    assert "smoke/probe_result.py" in files  # imported by the probe
+    assert not [f for f in files if f.startswith(("cli/", "images/", "patching/")) or f == "config.py"]
+    for rel in files:
+        text = (PROBE_SRC / rel).read_text()
+        assert not re.search(r"^\s*(import|from)\s+(typer|rich|libcst|git|docker|pydantic)\b", text, re.M), rel
 
 
 def test_planted_token_in_a_package_file_is_refused(pristine, patched, tmp_path):
