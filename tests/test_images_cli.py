@@ -16,15 +16,16 @@ import tomlkit
 from forgepatch.cli import main
 from forgepatch.images.bake import validate
 from forgepatch.paths import SHIPPED_MATRIX, SHIPPED_PATCHES
-from images_support import run_in
+from images_support import containers_from, log_image_ids, remove_intermediates, run_in
 
 
-def _matrix(tmp_path: Path, base_image: str, repo: str, **arch_patches) -> Path:
+def _matrix(tmp_path: Path, base_image: str, repo: str, wheels: dict | None = None, **arch_patches) -> Path:
     path = tmp_path / "matrix.toml"
     doc = {
         "default_pin": "v0_5_23",
         "pins": {"v0_5_23": {"pypi": "0.5.23"}},
-        "arches": {a: {"patches": p, "base_image": base_image} for a, p in arch_patches.items()},
+        "arches": {a: {"patches": p, "base_image": base_image, "extra_wheels": (wheels or {}).get(a, [])}
+                   for a, p in arch_patches.items()},
         "smoke": {"image_repo": repo},
     }
     path.write_text(tomlkit.dumps(doc))
@@ -142,3 +143,23 @@ def test_build_patches_sm120_and_leaves_sm103_unpatched(capsys, engine_env, dock
     doc = json.loads(bake_file.read_text())
     assert validate(doc, tmp) == []
     assert {t["tags"][0] for t in doc["target"].values()} == {docs["sm120"]["tag"], docs["sm103"]["tag"]}
+
+
+@pytest.mark.docker
+def test_failed_build_exits_1_with_the_step_and_log_tail(capsys, tmp_path, base_image, docker_client):
+    (tmp_path / "wheels").mkdir()
+    (tmp_path / "wheels" / "broken_kernels-1.0-py3-none-any.whl").write_bytes(b"not a zip")
+    repo = f"forgepatch-test/cli-{uuid.uuid4().hex[:8]}"
+    config = _matrix(tmp_path, base_image, repo, wheels={"sm120": ["wheels/broken_kernels-1.0-py3-none-any.whl"]}, sm120=[])
+    (tmp_path / "patches").mkdir()
+    argv = ["--config", str(config), "--patches", str(tmp_path / "patches")]
+    rc, out, err = _run(capsys, *argv, "build", "--arch", "sm120", "--context-dir", str(tmp_path / "ctx"), "--force")
+    assert rc == 1 and out == ""
+    assert "Traceback" not in err
+    tail = [line for line in err.splitlines() if line.startswith("  | ")]
+    final = err.strip().splitlines()[-1]
+    assert tail, err
+    assert final.startswith("forgepatch: error: image build for sm120 failed at step") and "pip install --no-index" in final
+    log_text = (tmp_path / "ctx.log").read_text()
+    assert containers_from(docker_client, log_image_ids(log_text)) == []
+    remove_intermediates(docker_client, log_text, keep=base_image)

@@ -43,7 +43,7 @@ def build(
         except BuildFailed as exc:
             progress.stop()
             for line in exc.tail:
-                err.print(f"  | {line}", markup=False, highlight=False)
+                err.print(f"  | {line}", markup=False, highlight=False, soft_wrap=True)
             raise
     result.apply = prepared.apply
     if as_json:
@@ -51,12 +51,13 @@ def build(
         return
     out = console()
     state = "cache hit, nothing built" if result.cache_hit else f"built in {result.seconds:.1f}s"
-    out.print(f"[bold]{result.tags[0]}[/bold]  ({state})")
-    out.print(f"  image   {result.image_id}")
-    out.print(f"  also    {', '.join(result.tags[1:])}")
+    layers = sum(1 for s in result.steps if s.instruction.split()[0] in ("RUN", "COPY"))
+    lines = [f"[bold]{result.tags[0]}[/bold]  ({state})", f"  image   {result.image_id}",
+             f"  also    {', '.join(result.tags[1:])}"]
     if not result.cache_hit:
-        out.print(f"  layers rebuilt: {len(result.rebuilt_steps)} of {sum(1 for s in result.steps if s.instruction.split()[0] in ('RUN', 'COPY'))}")
-        out.print(f"  log     {result.log}")
+        lines += [f"  layers rebuilt: {len(result.rebuilt_steps)} of {layers}", f"  log     {result.log}"]
+    for line in lines:
+        out.print(line, soft_wrap=True)
 
 
 def bake(

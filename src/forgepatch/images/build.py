@@ -206,17 +206,31 @@ def _run_build(api, spec, labels, nocache, emit, log_path):
         lines.append(f"ERROR: {error}")
     _write_log(log_path, lines)
     if error or not image_id:
-        error = error or "the engine reported no image ID"
-        step = f"step {steps[-1].number}/{steps[-1].total} ({steps[-1].instruction})" if steps else None
-        one_line = " ".join(error.split())
-        where = f" at {step}" if step else ""
-        tail = [ln for ln in lines if ln.strip()][-TAIL_LINES:]
-        raise BuildFailed(
-            f"image build for {spec.arch.name} failed{where}: {one_line}"
-            + (f" (full log: {log_path})" if log_path else ""),
-            step, tail, log_path,
-        )
+        raise _failure(spec, error or "the engine reported no image ID", steps, lines, log_path)
     return image_id, steps
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+NOISE = re.compile(r"^\s*(---> Running in \w+|Removing intermediate container \w+|---> \w+)\s*$")
+
+
+def _failure(spec, error: str, steps: list[Step], lines: list[str], log_path) -> BuildFailed:
+    """One line naming the step and the engine's error; the failing step's output as tail."""
+    step = None
+    if steps:
+        s = steps[-1]
+        instruction = " ".join(s.instruction.split())
+        step = f"step {s.number}/{s.total} ({instruction[:160] + '...' if len(instruction) > 160 else instruction})"
+    error = " ".join(ANSI.sub("", error).split())
+    error = re.sub(r"^The command '.*' returned a non-zero code: (\d+)$", r"the command exited with code \1", error)
+    start = max((i for i, ln in enumerate(lines) if STEP.match(ln)), default=-1) + 1
+    tail = [ANSI.sub("", ln).rstrip() for ln in lines[start:]]
+    tail = [ln for ln in tail if ln.strip() and not NOISE.match(ln) and not ln.startswith("ERROR: The command")]
+    tail = tail[-TAIL_LINES:]
+    last = f"; last output: {tail[-1].strip()}" if tail else ""
+    where = f" at {step}" if step else ""
+    full = f" (full log: {log_path})" if log_path else ""
+    return BuildFailed(f"image build for {spec.arch.name} failed{where}: {error}{last}{full}", step, tail, log_path)
 
 
 def _take_line(line: str, lines: list[str], steps: list[Step], emit: Event) -> None:

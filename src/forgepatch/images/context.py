@@ -223,8 +223,9 @@ class _Plan:
 def assemble(
     dest: Path,
     *,
-    package: Path,
+    package: Path | None = None,
     upstream: Path | None = None,
+    changes: dict[str, str] | None = None,
     wheels: Iterable[Path] = (),
     dockerfile: Path,
     installer: Path,
@@ -234,13 +235,19 @@ def assemble(
 ) -> BuildContext:
     """Write (sync) the build context into ``dest`` and return it with its digest.
 
-    ``package`` is the patched ``sglang/`` dir; ``upstream`` the unpatched one (then only the
-    files that differ go to the overlay layer); ``probe_src`` the ``forgepatch`` package dir;
-    ``tar_cache`` a directory where upstream tars are kept between runs.
+    The patched package is either ``package`` (a patched ``sglang/`` dir) or ``upstream`` plus
+    ``changes`` (package-relative path -> new text, what the patch engine returns). With
+    ``upstream`` only the files that differ from it go to the overlay layer. ``probe_src`` is the
+    ``forgepatch`` package dir; ``tar_cache`` a directory keeping upstream tars between runs.
     """
-    _check_package(package, "patched package")
+    if (package is None) == (changes is None):
+        raise ValueError("assemble: pass exactly one of package= or changes=")
+    if package is not None:
+        _check_package(package, "patched package")
     if upstream is not None:
         _check_package(upstream, "upstream package")
+    elif changes is not None:
+        raise ValueError("assemble: changes= needs upstream=")
     wheels = [Path(w) for w in wheels]
     for wheel in wheels:
         if wheel.suffix != ".whl" or not wheel.is_file():
@@ -251,7 +258,8 @@ def assemble(
     dest = Path(dest).absolute()
     plan = _Plan(secrets or {})
     try:
-        ctx = _plan(plan, Path(package), upstream and Path(upstream), wheels, dockerfile, installer, probe_src, tar_cache)
+        ctx = _plan(plan, package and Path(package), upstream and Path(upstream), changes, wheels, dockerfile,
+                    installer, probe_src, tar_cache)
         ctx.files_written = _sync(plan, ctx.entries, dest)
     except OSError as exc:
         where = exc.filename or dest
@@ -281,7 +289,7 @@ def _check_package(package: Path, what: str) -> None:
         raise BadInput(f"{what} {package}: not a Python package directory (no __init__.py)")
 
 
-def _plan(plan, package, upstream, wheels, dockerfile, installer, probe_src, tar_cache) -> BuildContext:
+def _plan(plan, package, upstream, changes, wheels, dockerfile, installer, probe_src, tar_cache) -> BuildContext:
     plan.put("Dockerfile", Path(dockerfile).read_bytes(), dockerfile)
     plan.put("probe/install.py", Path(installer).read_bytes(), installer)
 
@@ -299,25 +307,41 @@ def _plan(plan, package, upstream, wheels, dockerfile, installer, probe_src, tar
         plan.put(f"wheels/{wheel.name}", data, wheel)
         wheel_facts.append((wheel.name, hashlib.sha256(data).hexdigest()))
 
-    patched_paths = package_files(package)
-    patched: dict[str, str] = {}  # rel -> sha256 (content scanned for secrets)
-    contents: dict[str, bytes] = {}
-    for rel, path in patched_paths.items():
-        data = _read(path)
-        plan.scan(data, path)
-        patched[rel] = hashlib.sha256(data).hexdigest()
-        contents[rel] = data
-    plan.files[UPSTREAM_TAR], pristine = _upstream_tar(plan, upstream or package, tar_cache)
+    contents: dict[str, bytes] = {}  # patched files that may differ from upstream
+    origins: dict[str, object] = {}
+    if package is not None:
+        patched: dict[str, str] = {}  # rel -> sha256 (content scanned for secrets)
+        for rel, path in package_files(package).items():
+            data = _read(path)
+            plan.scan(data, path)
+            patched[rel] = hashlib.sha256(data).hexdigest()
+            contents[rel], origins[rel] = data, path
+        plan.files[UPSTREAM_TAR], pristine = _upstream_tar(plan, upstream or package, tar_cache)
+    else:
+        plan.files[UPSTREAM_TAR], pristine = _upstream_tar(plan, upstream, tar_cache)
+        patched = dict(pristine)
+        for rel, text in sorted(changes.items()):
+            if not _safe_rel(rel):
+                raise BadInput(f"patched file {rel!r}: not a path inside the package")
+            data = text.encode("utf-8")
+            plan.scan(data, f"patched {rel}")
+            patched[rel] = hashlib.sha256(data).hexdigest()
+            contents[rel], origins[rel] = data, f"patched {rel}"
 
     overlay = sorted(rel for rel, sha in patched.items() if pristine.get(rel) != sha)
     removed = sorted(rel for rel in pristine if rel not in patched)
     for rel in overlay:
-        plan.put(f"overlay/sglang/{rel}", contents[rel], patched_paths[rel])
+        plan.put(f"overlay/sglang/{rel}", contents[rel], origins[rel])
     plan.put("upstream/removed.txt", "".join(r + "\n" for r in removed).encode(), "removed files")
 
     entries = plan.entries()
     digest = hashlib.sha256("".join(e.line() for e in entries).encode()).hexdigest()
     return BuildContext(Path(), entries, digest, overlay, removed, wheel_facts, probe_modules)
+
+
+def _safe_rel(rel: str) -> bool:
+    parts = rel.split("/")
+    return bool(rel) and not rel.startswith("/") and all(p not in ("", ".", "..") for p in parts)
 
 
 def probe_closure(pkg: Path, roots: Iterable[str] = PROBE_ROOTS) -> list[str]:

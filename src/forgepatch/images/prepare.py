@@ -3,7 +3,6 @@ patch engine, assemble the context. Shared by ``forgepatch build`` and ``forgepa
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,11 +63,13 @@ def _pin_for_source(matrix, source: str) -> str:
 
 
 def build_context(
-    dest: Path, package: Path, upstream: Path | None = None, wheels: list[Path] | None = None
+    dest: Path, package: Path | None, upstream: Path | None = None, wheels: list[Path] | None = None,
+    changes: dict[str, str] | None = None,
 ) -> BuildContext:
-    """Assemble the context with the shipped Dockerfile, installer and probe."""
+    """Assemble the context with the shipped Dockerfile, installer and probe: from a patched
+    package dir, or from ``upstream`` + the patch engine's ``changes``."""
     return assemble(
-        dest, package=package, upstream=upstream, wheels=wheels or [], dockerfile=SHIPPED_DOCKERFILE,
+        dest, package=package, upstream=upstream, changes=changes, wheels=wheels or [], dockerfile=SHIPPED_DOCKERFILE,
         installer=INSTALLER, probe_src=PROBE_SRC, secrets=secret_values(), tar_cache=cache_dir("upstream-tars"),
     )
 
@@ -89,23 +90,22 @@ def prepare(target: Target, matrix, patches_dir: Path, context_dir: Path | None 
     check_dest(dest)
     try:
         from forgepatch.patching.service import apply_arch
-        from forgepatch.sources import resolve_source
     except ImportError as exc:
         raise Failure(f"the patch engine is not available in this build of forgepatch: {exc}") from exc
 
-    tree = resolve_source(target.source, matrix)
-    with tempfile.TemporaryDirectory(prefix="forgepatch-build-") as tmp:
-        out = Path(tmp)
-        result = apply_arch(target.arch.name, target.source, out, matrix, patches_dir)
-        if getattr(result, "drift", False):
-            raise Failure(
-                f"the {target.arch.name} patch series drifted on {tree.label}; "
-                f"see `forgepatch apply --arch {target.arch.name} --source {target.source}`"
-            )
-        ctx = build_context(dest, out / "sglang", upstream=Path(tree.package), wheels=target.wheels)
-    facts = SourceFacts(tree.label, getattr(tree, "version", None), getattr(tree, "revision", None), matrix.upstream.repo)
+    # out=None: the engine patches in memory and returns the changed files; the image context
+    # takes the unpatched tree (one cached layer per pin) plus those files (the overlay layer).
+    run = apply_arch(target.arch.name, target.source, None, matrix, patches_dir)
+    tree, result = run.source, run.result
+    if result.drift:
+        raise Failure(
+            f"the {target.arch.name} patch series drifted on {tree.label}; "
+            f"see `forgepatch apply --arch {target.arch.name} --source {target.source}`"
+        )
+    ctx = build_context(dest, None, upstream=Path(tree.package), wheels=target.wheels, changes=result.changed)
+    facts = SourceFacts(tree.label, tree.version, tree.revision, matrix.upstream.repo)
     spec = ImageSpec(
         target.arch, target.pin, target.repo, target.base_image, ctx, facts,
         patchset=result.patchset_hash, patches=target.patches, extra_args=target.extra_args,
     )
-    return Prepared(spec, result.to_json())
+    return Prepared(spec, run.to_json())
