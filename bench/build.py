@@ -74,6 +74,7 @@ def main() -> int:
                 assert not r0.cache_hit and not r1.cache_hit and r2.cache_hit
                 rows.append({"cold_s": cold, "rebuild_s": rebuild, "hit_s": hit,
                              "rebuilt_layers": r1.rebuilt_steps})
+            engine = engine_cache_hit(api, args, tmp)
         finally:
             for image in api.images(name=repo):
                 api.remove_image(image["Id"], force=True)
@@ -86,6 +87,7 @@ def main() -> int:
         "median": {"cold_s": round(cold, 3), "rebuild_s": round(rebuild, 3), "hit_s": round(hit, 3)},
         "rebuild_over_cold": round(rebuild / cold, 3),
         "goals": {"rebuild_le_15pct_of_cold": rebuild <= 0.15 * cold, "hit_le_1s": hit <= 1.0},
+        "cache_hit_with_patch_engine_s": engine,
     }
     if args.json:
         print(json.dumps(summary, indent=2))
@@ -95,7 +97,35 @@ def main() -> int:
                   f"  (rebuilt: {', '.join(r['rebuilt_layers'])})")
         print(f"median: cold {cold:.2f}s  rebuild {rebuild:.2f}s ({100 * rebuild / cold:.1f}% of cold, goal <= 15%)"
               f"  cache hit {hit:.3f}s (goal <= 1 s)")
+        if engine is not None:
+            print(f"cache hit including the patch engine (shipped {args.arch} series, in process): {engine:.3f}s")
     return 0 if all(summary["goals"].values()) else 1
+
+
+def engine_cache_hit(api, args, tmp: Path) -> float | None:
+    """Median cache hit of the CLI's path (patch engine + context + lookup), in process."""
+    try:
+        from forgepatch.images.prepare import prepare, resolve_target
+        from forgepatch.config import load_matrix
+        from forgepatch.paths import SHIPPED_MATRIX, SHIPPED_PATCHES
+
+        matrix = load_matrix(SHIPPED_MATRIX, SHIPPED_PATCHES)
+    except Exception:  # noqa: BLE001 - no engine / shipped matrix in this tree
+        return None
+    matrix.smoke.image_repo = f"forgepatch-bench/engine-{uuid.uuid4().hex[:8]}"
+    target = resolve_target(matrix, args.arch, base_image=args.base_image)
+    times = []
+    try:
+        for _ in range(4):
+            t0 = time.perf_counter()
+            spec = prepare(target, matrix, SHIPPED_PATCHES, tmp / "engine-ctx").spec
+            result = build_image(spec, api=api)
+            times.append(time.perf_counter() - t0)
+        assert result.cache_hit
+    finally:
+        for image in api.images(name=matrix.smoke.image_repo):
+            api.remove_image(image["Id"], force=True)
+    return round(statistics.median(times[1:]), 3)
 
 
 if __name__ == "__main__":

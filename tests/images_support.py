@@ -7,50 +7,30 @@ import hashlib
 import os
 import re
 import shutil
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 RELEASE = "0.5.23"  # the default pin's release
 
 
-def cache_root() -> Path:
-    root = os.environ.get("FORGEPATCH_CACHE_DIR") or os.path.expanduser("~/.cache/forgepatch")
-    path = Path(root, "test-trees")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
 def release_tree(version: str = RELEASE) -> Path:
-    """The ``sglang/`` package (``.py`` files) of a PyPI release wheel, downloaded once."""
-    root = cache_root()
-    tree = root / f"sglang-{version}" / "sglang"
-    if (tree / "__init__.py").is_file():
-        return tree
-    wheels = root / "wheels"
-    found = sorted(wheels.glob(f"sglang-{version}-*.whl")) if wheels.is_dir() else []
-    if not found:
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-             "--python-version", "3.11", f"sglang=={version}", "-d", str(wheels)],
-            check=True,
-        )
-        found = sorted(wheels.glob(f"sglang-{version}-*.whl"))
-    staging = root / f".sglang-{version}.tmp"
-    shutil.rmtree(staging, ignore_errors=True)
-    with zipfile.ZipFile(found[0]) as zf:
-        for info in zf.infolist():
-            if info.filename.startswith("sglang/") and info.filename.endswith(".py"):
-                zf.extract(info, staging)
-    shutil.rmtree(tree.parent, ignore_errors=True)
-    os.replace(staging, tree.parent)
-    return tree
+    """The ``sglang/`` package (``.py`` files) of a PyPI release, downloaded once into the
+    forgepatch cache (the same tree ``--source pypi:VERSION`` patches). Never edit it: tests
+    work on a ``linked_copy``."""
+    from forgepatch.sources import resolve_source
+
+    return Path(resolve_source(f"pypi:{version}").package)
 
 
 def linked_copy(tree: Path, dest: Path) -> Path:
     """A cheap copy of a package tree (hard links); edit files with ``rewrite``."""
-    shutil.copytree(tree, dest, copy_function=os.link)
+    def link_or_copy(src, dst):
+        try:
+            os.link(src, dst)
+        except OSError:  # another filesystem
+            shutil.copy2(src, dst)
+
+    shutil.copytree(tree, dest, copy_function=link_or_copy)
     return dest
 
 
