@@ -36,11 +36,12 @@ def _globals(
 
 def _register() -> None:
     from forgepatch.cli import apply as _apply
+    from forgepatch.cli import build as _build
     from forgepatch.cli import fork as _fork
     from forgepatch.cli import probe as _probe
     from forgepatch.cli import smoke as _smoke
 
-    for module in (_apply, _fork, _probe, _smoke):
+    for module in (_apply, _build, _fork, _probe, _smoke):
         module.register(app)
 
 
