@@ -113,3 +113,17 @@ def first_non_import_index(module: cst.Module) -> int:
             continue
         return i
     return len(module.body)
+
+
+def insert_definition(module: cst.Module, code: str) -> cst.Module:
+    """Insert a top-level ``def``/``class`` (source ``code``) right after the imports block,
+    with the two blank lines around it that the file's style (PEP 8) expects."""
+    body = list(module.body)
+    i = first_non_import_index(module)
+    new = cst.parse_statement(code).with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+    if i < len(body):
+        nxt = body[i]
+        blank = sum(1 for ln in nxt.leading_lines if ln.comment is None)
+        if blank < 2:
+            body[i] = nxt.with_changes(leading_lines=[cst.EmptyLine()] * (2 - blank) + list(nxt.leading_lines))
+    return module.with_changes(body=body[:i] + [new] + body[i:])
