@@ -4,6 +4,7 @@ and 50 local jobs leaving no stray process."""
 from __future__ import annotations
 
 import json
+import time
 import uuid
 
 import pytest
@@ -121,6 +122,9 @@ def test_stray_check_sees_a_real_stray():
     token = f"fp-probe-{uuid.uuid4().hex[:8]}"
     p = subprocess.Popen(["sh", "-c", f"sleep 600; : {token}"])
     try:
+        deadline = time.monotonic() + 10  # the child shows its own command line once it has exec'd
+        while not processes_with(token) and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert len(processes_with(token)) == 1
     finally:
         p.kill()
