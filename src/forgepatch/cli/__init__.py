@@ -36,8 +36,9 @@ def _globals(
 
 def _register() -> None:
     from forgepatch.cli import apply as _apply
+    from forgepatch.cli import release as _release
 
-    for module in (_apply,):
+    for module in (_apply, _release):
         module.register(app)
 
 
