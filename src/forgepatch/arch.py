@@ -108,13 +108,14 @@ def target_runs_on(token: str, cc: tuple[int, int]) -> bool:
     - arch-specific ``sm_XYa``: runs only on exactly X.Y;
     - family-specific ``sm_XYf``: runs on the same major with minor >= Y;
     - PTX ``compute_XY``: JIT-compiled by the driver for any device >= X.Y
-      (``compute_XYa`` PTX only for exactly X.Y).
+      (``compute_XYa`` PTX only for exactly X.Y, ``compute_XYf`` only within the family).
     """
     kind, (major, minor), variant = parse_target(token)
+    cc = (int(cc[0]), int(cc[1]))
     if variant == "a":
-        return (major, minor) == tuple(cc)
-    if kind == "compute":
-        return tuple(cc) >= (major, minor)
+        return (major, minor) == cc
+    if kind == "compute" and variant == "":
+        return cc >= (major, minor)
     return cc[0] == major and cc[1] >= minor
 
 
@@ -132,4 +133,18 @@ def compatibility(arch_list: list[str], cc: tuple[int, int]) -> tuple[bool, str]
     return False, (
         f"no target in [{', '.join(arch_list) or 'empty'}] runs on sm_{cc[0]}{cc[1]}: "
         "cubins need the same major and minor <= the device's, PTX needs an older or equal arch"
+    )
+
+
+def image_targets_device(arch: Arch, cc: tuple[int, int]) -> tuple[bool, str]:
+    """Do the kernels an image builds for ``arch`` (its ``TORCH_CUDA_ARCH_LIST`` token, an
+    arch-specific ``a`` cubin) run on a device of ``cc``? Returns (ok, reason)."""
+    token = f"sm_{arch.cuda_arch}"
+    device = f"sm_{cc[0]}{cc[1]}"
+    if target_runs_on(token, cc):
+        return True, f"{arch.name} image ({token} kernels) matches the {device} device"
+    return False, (
+        f"{arch.name} image builds {token} kernels, which run only on sm_{arch.cc[0]}{arch.cc[1]}; "
+        f"this device is {device}"
+        + (f" (use --arch {arch_for_cc(cc).name})" if arch_for_cc(cc) else "")
     )

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -64,6 +64,12 @@ class ArchConfig(_Strict):
 
 
 class Profile(_Strict):
+    # what a smoke job of this profile runs: "server" (python -m sglang.launch_server with
+    # `flags`, wait for Ready, one chat completion), "probe" (the graph-capture probe) or
+    # "command" (`command`, judged by its exit code). Default: "probe" for a profile named
+    # probe, else "server".
+    kind: Literal["server", "probe", "command"] | None = None
+    command: str | None = None  # for kind = "command": a shell-style command line
     flags: list[str] = Field(default_factory=list)  # flag groups: "--ep-size 8"
     gpus: int = 1
     required: bool = True  # must pass for a release
@@ -78,6 +84,16 @@ class Profile(_Strict):
             if not re.fullmatch(r"--[A-Za-z0-9][A-Za-z0-9_-]*(\s+\S.*)?", group.strip()):
                 raise ValueError(f"malformed flag group {group!r} (want '--name [value]')")
         return [g.strip() for g in flags]
+
+    @model_validator(mode="after")
+    def _command(self) -> "Profile":
+        if self.kind == "command" and not self.command:
+            raise ValueError("a profile of kind 'command' needs 'command'")
+        if self.command and self.kind not in (None, "command"):
+            raise ValueError(f"'command' only applies to kind 'command', not {self.kind!r}")
+        if self.command and self.kind is None:
+            self.kind = "command"
+        return self
 
     @field_validator("gpus")
     @classmethod
@@ -101,6 +117,10 @@ class Rule(_Strict):
 
 class Smoke(_Strict):
     model: str | None = None  # model path for the SGLang server tier
+    # the server command the smoke driver launches (flags and --model-path are appended)
+    server_command: str = "python3 -m sglang.launch_server"
+    # the image a job runs in; {repo}, {arch}, {pin} are filled in (`--image` overrides)
+    image: str = "{repo}:{pin}-{arch}"
     include: list[Rule] = Field(default_factory=list)
     exclude: list[Rule] = Field(default_factory=list)
     image_repo: str = "forgepatch/sglang"
@@ -134,6 +154,12 @@ class Matrix(_Strict):
             for pin in arch.pins or []:
                 if pin not in self.pins:
                     raise _RefError(("arches", name, "pins"), f"unknown pin {pin!r}")
+        for kind in ("include", "exclude"):
+            for rule in getattr(self.smoke, kind):
+                for field, known in (("arch", self.arches), ("pin", self.pins), ("profile", self.profiles)):
+                    value = getattr(rule, field)
+                    if value is not None and value not in known:
+                        raise _RefError(("smoke", kind), f"unknown {field} {value!r}")
         return self
 
     def pin(self, name: str | None) -> tuple[str, Pin]:
@@ -152,6 +178,11 @@ class Matrix(_Strict):
         if name not in self.profiles:
             raise BadInput(f"--profile: unknown profile {name!r} (known: {', '.join(self.profiles)})")
         return self.profiles[name]
+
+    def profile_kind(self, name: str) -> str:
+        """``server`` | ``probe`` | ``command`` (a profile named ``probe`` defaults to probe)."""
+        prof = self.profile(name)
+        return prof.kind or ("probe" if name == "probe" else "server")
 
 
 class _RefError(ValueError):

@@ -22,8 +22,10 @@ fi
 if ! docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
   tarball="$CACHE/base-bookworm.tar"
   if [ ! -s "$tarball" ]; then
-    mmdebstrap --quiet --variant=apt --include=python3,python3-pip bookworm "$tarball.tmp" >/dev/null
-    mv "$tarball.tmp" "$tarball"
+    partial="$CACHE/base-bookworm.partial.tar"   # mmdebstrap picks the format by extension
+    rm -rf "$partial"
+    mmdebstrap --quiet --variant=apt --include=python3,python3-pip bookworm "$partial" >/dev/null
+    mv "$partial" "$tarball"
   fi
   docker import "$tarball" "$BASE_IMAGE" >/dev/null
 fi

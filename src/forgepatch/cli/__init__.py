@@ -36,9 +36,11 @@ def _globals(
 
 def _register() -> None:
     from forgepatch.cli import apply as _apply
+    from forgepatch.cli import probe as _probe
     from forgepatch.cli import release as _release
+    from forgepatch.cli import smoke as _smoke
 
-    for module in (_apply, _release):
+    for module in (_apply, _probe, _smoke, _release):
         module.register(app)
 
 
@@ -60,8 +62,13 @@ def main(argv: list[str] | None = None) -> int:
     cexc = _click_exceptions()
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     try:
-        rc = app(args=argv, prog_name="forgepatch", standalone_mode=False)
-        return rc if isinstance(rc, int) else 0
+        # non-standalone typer returns the code of typer.Exit / Ctrl-C (130) instead of raising
+        code = app(args=argv, prog_name="forgepatch", standalone_mode=False)
+        if isinstance(code, int) and code:
+            if code == 130:
+                print("forgepatch: interrupted", file=sys.stderr)
+            return code
+        return 0
     except ForgepatchError as exc:
         if debug:
             raise

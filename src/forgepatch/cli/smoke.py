@@ -1,0 +1,145 @@
+"""``forgepatch smoke``, ``forgepatch triage`` and ``forgepatch matrix``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from forgepatch.cli._state import STATE, console, print_json
+
+
+def _load_matrix():
+    """matrix.toml (smoke needs no patch directory, so none is checked)."""
+    from forgepatch.config import load_matrix
+    from forgepatch.paths import default_config
+
+    return load_matrix(default_config(STATE.config_path))
+
+
+def _sigterm_interrupts() -> None:
+    """SIGTERM (CI cancelling a job) cleans up like Ctrl-C: containers and processes go."""
+    import signal
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
+def _smoke(
+    arch: Optional[str] = typer.Option(None, "--arch", help="Only this arch."),
+    pin: Optional[str] = typer.Option(None, "--pin", help="Only this pin."),
+    profile: Optional[str] = typer.Option(None, "--profile", help="Only this flag profile."),
+    runner: str = typer.Option("docker", "--runner", help="docker (one container per job) or local (processes here)."),
+    image: Optional[str] = typer.Option(None, "--image", help="Image to run ({arch} {pin} {repo} are filled in); default [smoke] image."),
+    bisect: Optional[str] = typer.Option(None, "--bisect", help="Find the smallest failing subset of this profile's flag groups."),
+    shard: Optional[str] = typer.Option(None, "--shard", help="Run shard I of N of the job list (I/N)."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", min=1, help="Jobs at once (default: one per GPU)."),
+    junit: Optional[Path] = typer.Option(None, "--junit", help="Write JUnit XML here."),
+    markdown: Optional[Path] = typer.Option(None, "--markdown", help="Write the Markdown compatibility table here."),
+    logs: Optional[Path] = typer.Option(None, "--logs", help="Keep job logs under this directory (default: the cache)."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="--bisect: ignore cached results."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
+) -> None:
+    """Launch arch x pin x profile smoke jobs; triage failures by phase and signature."""
+    from forgepatch.errors import Failure
+    from forgepatch.smoke import report, service
+
+    _sigterm_interrupts()
+    matrix = _load_matrix()
+    if bisect:
+        rep, run_dir = service.bisect(matrix, runner, bisect, arch, pin, image, logs, cache=not no_cache)
+        if as_json:
+            print_json({"bisect": rep.to_dict(), "logs": str(run_dir)})
+        else:
+            out = console()
+            for t in rep.trials:
+                flags = " ".join(t.flags) or "(no flags)"
+                out.print(f"  {t.outcome:<10} {'cached' if t.cached else 'ran   '}  {flags}  [dim]{t.summary}[/dim]")
+            out.print(f"{rep.sentence}")
+            out.print(f"[dim]{rep.launches} launch(es), {rep.tests} subset(s) evaluated; logs in {run_dir}[/dim]")
+        return
+    out = console(stderr=as_json)
+
+    def live(res) -> None:
+        colour = {"pass": "green", "skipped": "yellow"}.get(res.status, "red")
+        out.print(f"[{colour}]{res.status:<8}[/{colour}] {res.id}  {'' if res.status == 'pass' else res.summary}")
+
+    results, run_dir = service.smoke(matrix, runner, arch, pin, profile, shard, image, jobs, logs, on_result=live)
+    if junit:
+        report.write_text(junit, report.to_junit(results))
+    if markdown:
+        report.write_text(markdown, report.to_markdown(results))
+    if as_json:
+        print_json(report.to_json(results, logs=str(run_dir)))
+    else:
+        out.print(report.to_markdown(results), markup=False)
+        out.print(f"logs: {run_dir}")
+    failed = [r for r in results if r.failed and r.required]
+    if failed:
+        raise Failure(f"{len(failed)} of {len(results)} smoke job(s) failed: " + ", ".join(
+            f"{r.id} ({r.summary})" for r in failed[:3]) + (" ..." if len(failed) > 3 else ""))
+
+
+def _triage(
+    logfile: str = typer.Argument(..., help="A log file, or - for stdin."),
+    pin: Optional[str] = typer.Option(None, "--pin", help="Use this pin's marker overrides from matrix.toml."),
+    context: int = typer.Option(3, "--context", min=0, help="Lines shown around the error."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
+) -> None:
+    """Find the last phase reached and the failure signature in an existing log."""
+    from forgepatch.smoke import service
+
+    markers = _load_matrix().pin(pin)[1].markers if pin else None
+    t = service.triage(logfile, markers, context)
+    if as_json:
+        print_json(t.to_dict())
+    else:
+        out = console()
+        out.print(f"log:           {t.log_path} ({t.lines} lines)", markup=False)
+        out.print(f"last phase:    {t.last_phase_label or 'none'}" + (f" (line {t.last_phase_lineno})" if t.last_phase_lineno else ""), markup=False)
+        if t.signature:
+            verdict = "FAILED" if t.failed else "recovered (the run progressed past it)"
+            out.print(f"verdict:       {verdict}", markup=False)
+            out.print(f"signature:     {t.label} [{t.signature}]", markup=False)
+            if t.failing_phase:
+                out.print(f"failing phase: {t.failing_phase}", markup=False)
+            if t.error_lineno:
+                out.print(f"first error:   line {t.error_lineno}", markup=False)
+                for no, line in t.context:
+                    mark = ">" if no == t.error_lineno else " "
+                    out.print(f"  {mark}{no:>6}  {line}", markup=False, soft_wrap=True)
+            if t.also_seen:
+                out.print(f"also seen:     {', '.join(t.also_seen)}", markup=False)
+        else:
+            out.print("verdict:       no failure signature found", markup=False)
+    if t.failed:
+        from forgepatch.errors import Failure
+
+        raise Failure(f"{t.log_path}: {t.summary}")
+
+
+def _matrix(
+    fmt: str = typer.Option("github", "--format", help="Output format: github (a strategy.matrix document)."),
+    shard: Optional[str] = typer.Option(None, "--shard", help="Only shard I of N (I/N)."),
+    by: str = typer.Option("job", "--by", help="One entry per smoke job, or per image (arch x pin)."),
+) -> None:
+    """Emit the smoke job list as a GitHub Actions matrix (for fan-out across runners)."""
+    import json
+    import sys
+
+    from forgepatch.errors import BadInput
+    from forgepatch.smoke import service
+
+    if fmt != "github":
+        raise BadInput(f"--format: {fmt!r} is not supported (github)")
+    doc = service.github_matrix(_load_matrix(), shard, by)
+    sys.stdout.write(json.dumps(doc, separators=(",", ":")) + "\n")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("smoke")(_smoke)
+    app.command("triage")(_triage)
+    app.command("matrix")(_matrix)

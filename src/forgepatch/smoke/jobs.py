@@ -1,0 +1,262 @@
+"""Smoke jobs: what one job runs (``JobSpec``), what a runner saw (``RunOutcome``) and the
+verdict (``JobResult``), plus the streaming glue every runner shares and the local runner.
+
+A runner runs ``spec.command`` (in an image, or on this host), streams its output line by line
+into the per-job log file and a ``Monitor``, enforces the hard timeout, honours ``cancel`` and
+leaves nothing behind. ``judge`` turns the outcome into pass / fail / timeout / skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Protocol
+
+from forgepatch.smoke.monitor import Event, Monitor, Triage
+from forgepatch.smoke.process import pump_lines, stop_session
+
+FAILING = ("fail", "timeout", "error", "interrupted")
+
+
+@dataclass
+class JobSpec:
+    id: str
+    arch: str
+    pin: str
+    profile: str
+    kind: str  # server | probe | command
+    command: list[str]
+    image: str | None = None
+    flags: list[str] = field(default_factory=list)
+    gpus: int = 0
+    network: bool = False
+    timeout_s: float = 1800.0
+    env: dict[str, str] = field(default_factory=dict)
+    markers: dict[str, str] = field(default_factory=dict)
+    required: bool = True
+
+
+@dataclass
+class RunOutcome:
+    exit_code: int | None
+    timed_out: bool
+    interrupted: bool
+    log_path: str
+    triage: Triage
+    stdout: str = ""  # the job's stdout alone where the runner can separate it, else all output
+    duration_s: float = 0.0
+    gpu_ids: list[int] = field(default_factory=list)
+    error: str | None = None  # the runner itself failed (engine error, ...)
+
+
+@dataclass
+class JobResult:
+    id: str
+    arch: str
+    pin: str
+    profile: str
+    kind: str
+    status: str  # pass | fail | timeout | skipped | error | interrupted
+    summary: str
+    flags: list[str] = field(default_factory=list)
+    image: str | None = None
+    runner: str = ""
+    signature: str | None = None
+    label: str | None = None
+    last_phase: str | None = None
+    failing_phase: str | None = None
+    error_line: str | None = None
+    error_lineno: int | None = None
+    exit_code: int | None = None
+    timed_out: bool = False
+    log_path: str | None = None
+    duration_s: float = 0.0
+    gpu_ids: list[int] = field(default_factory=list)
+    required: bool = True
+    verdict: str | None = None  # the probe's verdict
+    probe: dict | None = None
+    context: list[dict] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return self.status in FAILING
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, doc: dict) -> "JobResult":
+        known = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in doc.items() if k in known})
+
+
+class Runner(Protocol):
+    name: str
+
+    def available_gpus(self) -> list[int]: ...
+
+    def preflight(self, jobs: list[JobSpec]) -> None: ...
+
+    def run(self, spec: JobSpec, gpu_ids: list[int], log_path: Path, cancel: threading.Event,
+            on_event: Callable[[Event], None] | None = None) -> RunOutcome: ...
+
+
+class LogSink:
+    """Per-job log file + monitor, fed line by line (from one thread)."""
+
+    def __init__(self, spec: JobSpec, log_path: Path, on_event: Callable[[Event], None] | None = None):
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = log_path
+        self.fh = open(log_path, "w", encoding="utf-8", buffering=1)
+        self.monitor = Monitor(spec.markers or None, log_path=str(log_path), on_event=on_event)
+        self.lock = threading.Lock()
+
+    def line(self, text: str) -> None:
+        with self.lock:
+            self.fh.write(text + "\n")
+            self.monitor.feed(text)
+
+    def close(self, exit_code: int | None, timed_out: bool, timeout_s: float) -> Triage:
+        if timed_out:
+            self.line(f"[forgepatch] timeout after {timeout_s:g} s: job stopped")
+        self.line(f"[forgepatch] exit code={exit_code}")
+        self.fh.close()
+        return self.monitor.finish(exit_code, timed_out)
+
+
+def extract_json(text: str) -> dict | None:
+    """The last JSON object in ``text`` that starts at the beginning of a line."""
+    decoder = json.JSONDecoder()
+    starts = [i for i in range(len(text)) if text[i] == "{" and (i == 0 or text[i - 1] == "\n")]
+    for start in reversed(starts):
+        try:
+            doc, _ = decoder.raw_decode(text, start)
+        except ValueError:
+            continue
+        if isinstance(doc, dict):
+            return doc
+    return None
+
+
+def judge(spec: JobSpec, out: RunOutcome, runner: str = "") -> JobResult:
+    """Pass / fail / timeout / skipped for one job, with the monitor's findings attached."""
+    t = out.triage
+    res = JobResult(
+        id=spec.id, arch=spec.arch, pin=spec.pin, profile=spec.profile, kind=spec.kind, status="fail",
+        summary="", flags=list(spec.flags), image=spec.image, runner=runner, signature=t.signature,
+        label=t.label, last_phase=t.last_phase, failing_phase=t.failing_phase, error_line=t.error_line,
+        error_lineno=t.error_lineno, exit_code=out.exit_code, timed_out=out.timed_out, log_path=out.log_path,
+        duration_s=round(out.duration_s, 3), gpu_ids=list(out.gpu_ids), required=spec.required,
+        context=[{"lineno": n, "line": s} for n, s in t.context],
+    )
+    seen = {p[0] for p in t.phases}
+    if out.error:
+        res.status, res.summary = "error", out.error
+        return res
+    if out.interrupted:
+        res.status, res.summary = "interrupted", "interrupted"
+        return res
+    if spec.kind == "probe":
+        doc = extract_json(out.stdout)
+        res.probe = doc
+        res.verdict = (doc or {}).get("verdict")
+        if res.verdict == "pass" and out.exit_code == 0:
+            res.status = "pass"
+        elif res.verdict in ("no-gpu",) and not out.timed_out:
+            res.status, res.summary = "skipped", "probe: no GPU visible"
+        elif res.verdict in ("fail", "incompatible") and not t.signature:
+            why = doc.get("reason") or doc.get("detail") or doc.get("error") or ""
+            res.signature, res.label = f"probe-{res.verdict}", f"probe {res.verdict}" + (f": {why}" if why else "")
+    elif spec.kind == "server":
+        if out.exit_code == 0 and not out.timed_out and "answered" in seen:
+            res.status = "pass"
+    elif out.exit_code == 0 and not out.timed_out:
+        res.status = "pass"
+    if (out.timed_out or t.signature == "timeout") and res.status != "pass":
+        res.status = "timeout"
+    if res.status == "pass":
+        res.summary = "pass"
+        res.signature = res.label = res.failing_phase = res.error_line = res.error_lineno = None
+        res.context = []
+    elif not res.summary:
+        if not res.label:
+            res.signature, res.label = ("timeout", "timeout") if out.timed_out else ("exit", f"exit code {out.exit_code}")
+        res.summary = res.label + (f" in {res.failing_phase}" if res.failing_phase else "")
+        if res.status == "timeout" and res.signature != "timeout":
+            res.summary += " (then timed out)"
+    return res
+
+
+class LocalRunner:
+    """Run jobs as processes on this host, each in its own session (see process.py)."""
+
+    name = "local"
+
+    def __init__(self, stop_grace_s: float = 10.0):
+        self.stop_grace_s = stop_grace_s
+
+    def available_gpus(self) -> list[int]:
+        from forgepatch.smoke.gpus import host_gpus
+
+        return host_gpus()
+
+    def preflight(self, jobs: list[JobSpec]) -> None:
+        pass
+
+    def _argv(self, spec: JobSpec) -> list[str]:
+        argv = list(spec.command)
+        if argv and argv[0] in ("python3", "python"):
+            argv[0] = sys.executable
+        return argv
+
+    def _env(self, spec: JobSpec, gpu_ids: list[int]) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(spec.env)
+        src = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+        env["PYTHONUNBUFFERED"] = "1"
+        if gpu_ids:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpu_ids))
+        return env
+
+    def run(self, spec, gpu_ids, log_path, cancel, on_event=None) -> RunOutcome:
+        sink = LogSink(spec, Path(log_path), on_event)
+        t0 = time.monotonic()
+        stdout: list[str] = []
+        timed_out = interrupted = False
+        try:
+            proc = subprocess.Popen(self._argv(spec), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, env=self._env(spec, gpu_ids), start_new_session=True)
+        except OSError as exc:
+            sink.close(None, False, spec.timeout_s)
+            return RunOutcome(None, False, False, str(log_path), sink.monitor.finish(None), "", 0.0, gpu_ids,
+                              error=f"cannot start {spec.command[0]!r}: {exc.strerror}")
+
+        def on_line(text: str) -> None:
+            stdout.append(text)
+            sink.line(text)
+
+        pump = pump_lines(proc.stdout, on_line)
+        try:
+            deadline = t0 + spec.timeout_s
+            while proc.poll() is None:
+                if cancel.wait(0.05):
+                    interrupted = True
+                    break
+                if time.monotonic() > deadline:
+                    timed_out = True
+                    break
+        finally:
+            # always sweep the whole session: a stopped job, and a finished job's leftovers
+            stop_session(proc.pid, self.stop_grace_s if (timed_out or interrupted) else 1.0, proc)
+            pump.join(timeout=5)
+        code = proc.returncode
+        triage = sink.close(code, timed_out, spec.timeout_s)
+        return RunOutcome(code, timed_out, interrupted, str(log_path), triage, "\n".join(stdout) + "\n",
+                          time.monotonic() - t0, gpu_ids)

@@ -1,0 +1,160 @@
+"""The smoke matrix: arch x pin x profile jobs from matrix.toml, and running them in parallel
+across GPU slots.
+
+Job set (same semantics as a GitHub Actions matrix): every profile in ``arches.<a>.profiles``
+for every pin of that arch (``arches.<a>.pins``, default all), minus ``[[smoke.exclude]]``
+matches, plus ``[[smoke.include]]`` matches (a rule's missing keys match anything configured).
+``--arch/--pin/--profile`` then filter, and ``--shard I/N`` keeps every N-th job.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import threading
+from pathlib import Path
+from typing import Callable
+
+from forgepatch.errors import BadInput
+from forgepatch.smoke.jobs import JobResult, JobSpec, Runner, judge
+
+PROBE_COMMAND = ["python3", "-m", "forgepatch.smoke.probe", "--json"]
+
+
+def combos(matrix) -> list[tuple[str, str, str]]:
+    """(arch, pin, profile) triples after include/exclude, in a stable order."""
+    base = [(a, p, prof) for a, cfg in matrix.arches.items() for p in (cfg.pins or list(matrix.pins)) for prof in cfg.profiles]
+    kept = [c for c in base if not any(r.matches(*c) for r in matrix.smoke.exclude)]
+    everything = [(a, p, prof) for a in matrix.arches for p in matrix.pins for prof in matrix.profiles]
+    for rule in matrix.smoke.include:
+        kept += [c for c in everything if rule.matches(*c) and c not in kept]
+    return kept
+
+
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise BadInput(f"--shard: {text!r} is not I/N (e.g. 2/4)") from None
+    if not (n >= 1 and 1 <= i <= n):
+        raise BadInput(f"--shard: {text!r} needs 1 <= I <= N")
+    return i, n
+
+
+def select(matrix, arch: str | None = None, pin: str | None = None, profile: str | None = None,
+           shard: tuple[int, int] | None = None) -> list[tuple[str, str, str]]:
+    """Filtered combos; BadInput for unknown names."""
+    if arch is not None:
+        matrix.arch(arch)
+    if pin is not None:
+        matrix.pin(pin)
+    if profile is not None:
+        matrix.profile(profile)
+    chosen = [c for c in combos(matrix) if (arch in (None, c[0])) and (pin in (None, c[1])) and (profile in (None, c[2]))]
+    if shard:
+        i, n = shard
+        chosen = chosen[i - 1 :: n]
+    return chosen
+
+
+def image_for(matrix, arch: str, pin: str, image: str | None = None) -> str:
+    template = image or matrix.smoke.image
+    return template.format(repo=matrix.smoke.image_repo, arch=arch, pin=pin)
+
+
+def job_spec(matrix, arch: str, pin: str, profile: str, image: str | None = None,
+             flags: list[str] | None = None, job_id: str | None = None) -> JobSpec:
+    """The job for one combination (``flags`` overrides the profile's, for bisection)."""
+    prof = matrix.profile(profile)
+    kind = matrix.profile_kind(profile)
+    _, pin_cfg = matrix.pin(pin)
+    flags = list(prof.flags if flags is None else flags)
+    if kind == "probe":
+        command = [*PROBE_COMMAND, "--arch", arch] + (["--gpus", str(prof.gpus)] if prof.gpus > 1 else [])
+    elif kind == "command":
+        command = shlex.split(prof.command)
+    else:
+        if not matrix.smoke.model:
+            raise BadInput(f"profile {profile!r} runs an SGLang server but [smoke] model is not set")
+        command = ["python3", "-m", "forgepatch.smoke.server", "--model-path", matrix.smoke.model,
+                   "--launch", matrix.smoke.server_command, "--timeout", f"{prof.timeout_s - min(30.0, max(1.0, prof.timeout_s / 10)):g}"]
+        if pin_cfg.markers:
+            command += ["--markers", json.dumps(pin_cfg.markers)]
+        command += ["--", *flags]
+    return JobSpec(
+        id=job_id or f"{arch}-{pin}-{profile}", arch=arch, pin=pin, profile=profile, kind=kind, command=command,
+        image=image_for(matrix, arch, pin, image), flags=flags, gpus=prof.gpus, network=prof.network,
+        timeout_s=float(prof.timeout_s), env=dict(prof.env), markers=dict(pin_cfg.markers), required=prof.required,
+    )
+
+
+def validate_markers(specs: list[JobSpec]) -> None:
+    from forgepatch.smoke.signatures import with_overrides
+
+    for spec in specs:
+        try:
+            with_overrides(spec.markers)
+        except ValueError as exc:
+            raise BadInput(f"pins.{spec.pin}.markers: {exc}") from None
+
+
+def run_jobs(specs: list[JobSpec], runner: Runner, logs_dir: Path, parallel: int | None = None,
+             on_result: Callable[[JobResult], None] | None = None, gpus: list[int] | None = None) -> list[JobResult]:
+    """Run ``specs`` in parallel, each on its own GPU subset; results in ``specs`` order.
+
+    At most ``parallel`` jobs at once (default: one per GPU, at least one); a job waits until
+    enough GPU slots are free. On Ctrl-C every running job is cancelled (its container or
+    process tree is stopped and removed) before KeyboardInterrupt propagates.
+    """
+    from forgepatch.smoke.gpus import check_gpus
+
+    slots = runner.available_gpus() if gpus is None else list(gpus)
+    check_gpus(specs, slots, f"runner {runner.name!r}")
+    validate_markers(specs)
+    runner.preflight(specs)
+    parallel = max(1, parallel or len(slots) or 1)
+    free = list(slots)
+    cond = threading.Condition()
+    cancel = threading.Event()
+    results: dict[str, JobResult] = {}
+    pending = list(specs)
+    running: dict[str, threading.Thread] = {}
+
+    def work(spec: JobSpec, ids: list[int]) -> None:
+        try:
+            out = runner.run(spec, ids, logs_dir / f"{spec.id}.log", cancel)
+            res = judge(spec, out, runner.name)
+        except Exception as exc:  # a runner bug must not hang the scheduler
+            res = JobResult(spec.id, spec.arch, spec.pin, spec.profile, spec.kind, "error", f"runner error: {exc}",
+                            flags=spec.flags, image=spec.image, runner=runner.name)
+        with cond:
+            results[spec.id] = res
+            free.extend(ids)
+            running.pop(spec.id, None)
+            cond.notify_all()
+        if on_result:
+            on_result(res)
+
+    try:
+        with cond:
+            while pending or running:
+                for spec in list(pending):
+                    if len(running) >= parallel:
+                        break
+                    if spec.gpus <= len(free):
+                        ids = sorted(free)[: spec.gpus]
+                        for i in ids:
+                            free.remove(i)
+                        pending.remove(spec)
+                        t = threading.Thread(target=work, args=(spec, ids), name=f"smoke-{spec.id}", daemon=True)
+                        running[spec.id] = t
+                        t.start()
+                cond.wait(0.2)
+    except KeyboardInterrupt:
+        cancel.set()
+        for t in list(running.values()):
+            t.join(timeout=60)
+        raise
+    return [results[s.id] for s in specs]

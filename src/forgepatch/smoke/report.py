@@ -1,0 +1,93 @@
+"""Smoke results as JSON, JUnit XML and a Markdown compatibility table.
+
+Table: one row per arch x pin, one column per profile; a cell is ``pass``, ``skip (why)``, or
+``FAIL: <signature> in <phase>``; ``-`` where that combination is not in the matrix.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from forgepatch.smoke.jobs import JobResult
+
+
+def summary(results: list[JobResult]) -> dict:
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    failed_required = [r.id for r in results if r.failed and r.required]
+    return {"jobs": len(results), "by_status": counts, "failed_required": failed_required, "ok": not failed_required}
+
+
+def to_json(results: list[JobResult], **extra) -> dict:
+    return {"summary": summary(results), "jobs": [r.to_dict() for r in results], **extra}
+
+
+def cell(r: JobResult) -> str:
+    if r.status == "pass":
+        return "pass"
+    if r.status == "skipped":
+        return f"skip ({r.summary.removeprefix('probe: ')})"
+    text = (r.label or r.status).replace("|", "\\|")
+    if len(text) > 80:
+        text = text[:77] + "..."
+    where = f" in {r.failing_phase}" if r.failing_phase else ""
+    tag = "TIMEOUT" if r.status == "timeout" else r.status.upper()
+    return f"**{tag}**: {text}{where}"
+
+
+def to_markdown(results: list[JobResult]) -> str:
+    profiles: list[str] = []
+    rows: dict[tuple[str, str], dict[str, JobResult]] = {}
+    for r in results:
+        if r.profile not in profiles:
+            profiles.append(r.profile)
+        rows.setdefault((r.arch, r.pin), {})[r.profile] = r
+    lines = ["| arch | pin | " + " | ".join(profiles) + " |", "|---|---|" + "---|" * len(profiles)]
+    for (arch, pin), by_prof in rows.items():
+        cells = [cell(by_prof[p]) if p in by_prof else "-" for p in profiles]
+        lines.append(f"| {arch} | {pin} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def to_junit(results: list[JobResult], name: str = "forgepatch-smoke") -> str:
+    suite = ET.Element("testsuite", name=name, tests=str(len(results)),
+                       failures=str(sum(r.status in ("fail", "timeout") for r in results)),
+                       errors=str(sum(r.status in ("error", "interrupted") for r in results)),
+                       skipped=str(sum(r.status == "skipped" for r in results)),
+                       time=f"{sum(r.duration_s for r in results):.3f}")
+    for r in results:
+        case = ET.SubElement(suite, "testcase", classname=f"smoke.{r.arch}.{r.pin}", name=r.profile, time=f"{r.duration_s:.3f}")
+        detail = "\n".join(
+            [f"last phase: {r.last_phase}", f"failing phase: {r.failing_phase}", f"exit code: {r.exit_code}",
+             f"log: {r.log_path}", ""]
+            + [f"{c['lineno']:>6}  {c['line']}" for c in r.context]
+        )
+        if r.status in ("fail", "timeout"):
+            ET.SubElement(case, "failure", message=r.summary, type=r.signature or r.status).text = detail
+        elif r.status in ("error", "interrupted"):
+            ET.SubElement(case, "error", message=r.summary, type=r.status).text = detail
+        elif r.status == "skipped":
+            ET.SubElement(case, "skipped", message=r.summary)
+        ET.SubElement(case, "system-out").text = f"log: {r.log_path}"
+    root = ET.Element("testsuites")
+    root.append(suite)
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def write_text(path: Path, text: str) -> None:
+    """Transactional write: temp file in the same directory, then rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,160 @@
+"""What ``forgepatch smoke`` / ``triage`` / ``matrix`` do, minus the rendering."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Callable
+
+from forgepatch.errors import BadInput
+from forgepatch.smoke.jobs import JobResult, LocalRunner
+from forgepatch.smoke.matrix import job_spec, parse_shard, run_jobs, select
+
+
+def make_runner(name: str):
+    if name == "docker":
+        from forgepatch.smoke.docker_runner import DockerRunner
+
+        return DockerRunner()
+    if name == "local":
+        return LocalRunner()
+    raise BadInput(f"--runner: {name!r} is not docker or local")
+
+
+def logs_root(logs: Path | None) -> Path:
+    from forgepatch.paths import cache_dir
+
+    root = Path(logs) if logs else cache_dir("smoke", "logs")
+    run = root / time.strftime("%Y%m%d-%H%M%S")
+    run.mkdir(parents=True, exist_ok=True)
+    return run
+
+
+def plan(matrix, arch=None, pin=None, profile=None, shard=None, image=None):
+    combos = select(matrix, arch, pin, profile, parse_shard(shard))
+    return [job_spec(matrix, a, p, prof, image) for a, p, prof in combos]
+
+
+def smoke(matrix, runner_name: str, arch=None, pin=None, profile=None, shard=None, image=None,
+          parallel=None, logs: Path | None = None, on_result: Callable[[JobResult], None] | None = None,
+          cache: bool = True) -> tuple[list[JobResult], Path]:
+    specs = plan(matrix, arch, pin, profile, shard, image)
+    if not specs:
+        if shard:
+            return [], Path(".")
+        raise BadInput("no smoke jobs match (check --arch/--pin/--profile and arches.<a>.profiles)")
+    runner = make_runner(runner_name)
+    run_dir = logs_root(logs)
+    results = run_jobs(specs, runner, run_dir, parallel, on_result)
+    if cache:
+        from forgepatch.smoke.bisect import cache_key
+
+        rc = result_cache()
+        for spec, res in zip(specs, results):
+            if res.status not in ("error", "interrupted"):
+                rc.put(cache_key(spec, runner.name, fingerprint(runner, spec)), res)
+    return results, run_dir
+
+
+def result_cache():
+    from forgepatch.paths import cache_dir
+    from forgepatch.smoke.bisect import ResultCache
+
+    return ResultCache(cache_dir("smoke", "results"))
+
+
+def fingerprint(runner, spec) -> str:
+    """The image's ID for the docker runner (a rebuilt image invalidates cached results)."""
+    client = getattr(runner, "client", None)
+    if client is not None and spec.image:
+        try:
+            return client.images.get(spec.image).id
+        except Exception:
+            return ""
+    return ""
+
+
+def bisect(matrix, runner_name: str, profile: str, arch=None, pin=None, image=None, logs: Path | None = None,
+           cache: bool = True):
+    from forgepatch.smoke.bisect import bisect_profile, cache_key, subset_id
+
+    prof = matrix.profile(profile)
+    if matrix.profile_kind(profile) != "server":
+        raise BadInput(f"--bisect: profile {profile!r} has no SGLang flags to bisect (kind {matrix.profile_kind(profile)!r})")
+    if not prof.flags:
+        raise BadInput(f"--bisect: profile {profile!r} has no flag groups")
+    combos = select(matrix, arch, pin, profile)
+    pairs = sorted({(a, p) for a, p, _ in combos})
+    if arch and pin:
+        pairs = [(arch, pin)]
+    if not pairs:
+        if not arch:
+            raise BadInput(f"--bisect: profile {profile!r} runs on no arch; give --arch")
+        pairs = [(arch, matrix.pin(pin)[0])]
+    if len(pairs) > 1:
+        raise BadInput(f"--bisect: profile {profile!r} runs on {len(pairs)} arch/pin pairs; pick one with --arch/--pin")
+    (a, p), = pairs
+    runner = make_runner(runner_name)
+    run_dir = logs_root(logs)
+    rc = result_cache() if cache else None
+    base = job_spec(matrix, a, p, profile, image)
+
+    def spec_for(subset):
+        return job_spec(matrix, a, p, profile, image, flags=subset,
+                        job_id=base.id if subset == prof.flags else subset_id(base.id, subset))
+
+    def launch(subset):
+        return run_jobs([spec_for(subset)], runner, run_dir)[0]
+
+    def key(subset):
+        spec = spec_for(subset)
+        return cache_key(spec, runner.name, fingerprint(runner, spec))
+
+    return bisect_profile(list(prof.flags), launch, key, rc, profile, a, p), run_dir
+
+
+def github_matrix(matrix, shard=None, by: str = "job") -> dict:
+    """A GitHub Actions ``strategy.matrix`` document: ``{"include": [...]}``."""
+    combos = select(matrix, shard=parse_shard(shard))
+    if by == "image":
+        seen, include = set(), []
+        for a, p, _ in combos:
+            if (a, p) not in seen:
+                seen.add((a, p))
+                include.append({"arch": a, "pin": p, "source": matrix.pins[p].source})
+        return {"include": include}
+    if by != "job":
+        raise BadInput(f"--by: {by!r} is not job or image")
+    include = []
+    for a, p, prof in combos:
+        cfg = matrix.profiles[prof]
+        include.append({"name": f"{a}-{p}-{prof}", "arch": a, "pin": p, "profile": prof, "gpus": cfg.gpus,
+                        "required": cfg.required, "source": matrix.pins[p].source})
+    return {"include": include}
+
+
+def read_log(path: str) -> tuple[list[str], str | None]:
+    import sys
+
+    if path == "-":
+        return sys.stdin.read().splitlines(), None
+    p = Path(path)
+    try:
+        return p.read_text(encoding="utf-8", errors="replace").splitlines(), str(p)
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot read log: {exc.strerror}") from None
+
+
+def triage(path: str, markers: dict | None = None, context: int = 3):
+    from forgepatch.smoke.monitor import triage_lines
+
+    lines, log_path = read_log(path)
+    try:
+        return triage_lines(lines, markers, log_path=log_path or "-", context=context)
+    except ValueError as exc:
+        raise BadInput(f"markers: {exc}") from None
+
+
+def dumps(doc) -> str:
+    return json.dumps(doc, indent=2, default=str)
