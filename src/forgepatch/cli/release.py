@@ -55,7 +55,12 @@ def _release(
     from forgepatch.release.publish import release
 
     matrix = STATE.matrix()
+    if arch is not None:
+        matrix.arch(arch)
+    if pin is not None:
+        matrix.pin(pin)
     book = _ledger(matrix, ledger)
+    book.read(required=False)  # a corrupt ledger is bad input before anything else runs
     if not results:
         if not DEFAULT_RESULTS.is_file():
             raise BadInput(f"--results: give the smoke results file(s) (`forgepatch smoke --json > {DEFAULT_RESULTS}`); ./{DEFAULT_RESULTS} does not exist")

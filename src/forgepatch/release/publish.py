@@ -117,11 +117,11 @@ def release(inp: Inputs, ledger: Ledger, arch: str | None = None, pin: str | Non
     for name in names.values():
         ev.check_tag_name(inp.repo, name)
     explicit = arch is not None and pin is not None
-    if dry_run:
-        entries = ledger.read(required=False)
-        return [_one(inp, ledger, entries, a, p, names[(a, p)], explicit, True) for a, p in targets]
-    ledger.read(required=False)  # corrupt ledger: BadInput before the lock file is made
-    with ledger.lock():
+    entries = ledger.read(required=False)
+    planned = [_one(inp, ledger, entries, a, p, names[(a, p)], explicit, True) for a, p in targets]
+    if dry_run or not any(o.status == "would-release" for o in planned):
+        return planned  # nothing to write: no lock file, no ledger directory
+    with ledger.lock():  # decide again under the lock: another release may have run meanwhile
         entries = ledger.read(required=False)
         outcomes = []
         for a, p in targets:
