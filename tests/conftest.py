@@ -38,3 +38,21 @@ def base_image(docker_client) -> str:
             pytest.fail(f"base image {name} missing: run tests/support/docker_engine.sh")
         pytest.skip(f"base image {name} missing")
     return name
+
+
+# -- fork / drift: a git repository of real SGLang releases standing in for nightlies -----
+@pytest.fixture(scope="session")
+def nightlies_repo(tmp_path_factory):
+    """Session-wide repo (read-only for tests): branch main = one commit per release in
+    ``support.nightlies.NIGHTLY_RELEASES``, tagged ``v<version>``. Clone it to mutate."""
+    from support.nightlies import build_nightlies_repo
+
+    return build_nightlies_repo(tmp_path_factory.mktemp("nightlies") / "sglang")
+
+
+@pytest.fixture
+def nightly_clone(nightlies_repo, tmp_path):
+    """A private clone of the nightlies repo a test may change."""
+    from support.nightlies import clone_repo
+
+    return clone_repo(nightlies_repo, tmp_path / "fork")

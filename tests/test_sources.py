@@ -19,7 +19,8 @@ def git(*args, cwd):
 
 @pytest.fixture(scope="module")
 def fork_repo(tmp_path_factory):
-    """A real git repo holding SGLang 0.5.10 then 0.5.15 under python/sglang/."""
+    """A real git repo holding SGLang 0.5.10 then 0.5.15 under python/sglang/, tagged like
+    upstream and, like a real checkout, without the generated ``_version.py``."""
     repo = tmp_path_factory.mktemp("fork")
     git("init", "-q", "-b", "main", cwd=repo)
     git("config", "user.email", "t@example.com", cwd=repo)
@@ -28,8 +29,10 @@ def fork_repo(tmp_path_factory):
     for v in ("0.5.10", "0.5.15"):
         shutil.rmtree(repo / "python", ignore_errors=True)
         shutil.copytree(pypi_tree(v).package, repo / "python" / "sglang")
+        (repo / "python/sglang/_version.py").unlink(missing_ok=True)
         git("add", "-A", cwd=repo)
         git("commit", "-qm", f"sglang {v}", cwd=repo)
+        git("tag", f"v{v}", cwd=repo)
         revs[v] = git("rev-parse", "HEAD", cwd=repo)
     return repo, revs
 
@@ -50,7 +53,8 @@ def test_git_source_exports_a_revision_without_touching_the_checkout(fork_repo, 
     status = git("status", "--porcelain", cwd=repo)
     head = git("rev-parse", "HEAD", cwd=repo)
     tree = git_tree(f"{repo}@{revs['0.5.10']}")
-    assert tree.revision == revs["0.5.10"] and tree.version == "0.5.10"
+    assert tree.revision == revs["0.5.10"] and tree.version == "0.5.10"  # from the tag
+    assert git_tree(f"{repo}@v0.5.15").version == "0.5.15"
     comm = (tree.package / "srt/layers/communicator.py").read_text()
     assert "def apply_flashinfer_allreduce_fusion(" in comm
     assert git("status", "--porcelain", cwd=repo) == status and git("rev-parse", "HEAD", cwd=repo) == head

@@ -104,53 +104,54 @@ def pypi_tree(version: str) -> SourceTree:
 
 # -- git ----------------------------------------------------------------------------------
 def git_tree(spec: str, package_dir: str = "python/sglang") -> SourceTree:
-    """``PATH_OR_URL@REV``: export the package at REV without touching any checkout."""
-    import git  # lazy: gitpython
+    """``PATH_OR_URL@REV``: export the package at REV from git objects (no checkout touched)."""
+    from forgepatch.gitrepo import GitRepo
 
     where, sep, rev = spec.rpartition("@")
     if not sep or not where or not rev:
         raise BadInput(f"--source: git source {spec!r} must be git:PATH_OR_URL@REV")
-    try:
-        repo = git.Repo(where) if Path(where).exists() else None
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-        raise BadInput(f"--source: {where} is not a git repository") from None
-    if repo is None:  # a URL: clone bare into the cache once
+    if not Path(where).exists():  # a URL: a bare clone in the cache, made once
         clone = cache_dir("git", hashlib.sha256(where.encode()).hexdigest()[:16])
-        try:
-            repo = git.Repo(clone) if (clone / "HEAD").exists() else git.Repo.clone_from(where, clone, bare=True)
-        except git.GitCommandError as exc:
-            raise BadInput(f"--source: cannot clone {where}: {exc.stderr.strip().splitlines()[-1:]}") from None
+        if not (clone / "HEAD").exists():
+            proc = subprocess.run(["git", "clone", "-q", "--bare", where, str(clone)], capture_output=True, text=True)
+            if proc.returncode != 0:
+                shutil.rmtree(clone, ignore_errors=True)
+                last = (proc.stderr.strip().splitlines() or ["failed"])[-1]
+                raise BadInput(f"--source: cannot clone {where}: {last}")
+        where_path = clone
+    else:
+        where_path = Path(where)
     try:
-        commit = repo.commit(rev)
-    except (git.BadName, ValueError, git.GitCommandError):
+        repo = GitRepo(where_path)
+    except BadInput:
+        raise BadInput(f"--source: {where} is not a git repository") from None
+    try:
+        commit = repo.resolve(rev)
+    except BadInput:
         raise BadInput(f"--source: {where} has no revision {rev!r}") from None
-    sub = _package_subdir(commit.tree, package_dir)
-    if sub is None:
+    tree = None
+    for cand in dict.fromkeys((package_dir, "python/sglang", "sglang")):
+        try:
+            tree = repo.tree(commit, cand)
+            break
+        except BadInput:
+            continue
+    if tree is None:
         raise BadInput(f"--source: {where}@{rev} holds no SGLang package (looked for {package_dir}/ and sglang/)")
-    root = cache_dir("trees", f"git-{commit.hexsha}")
+    root = cache_dir("trees", f"git-{commit}")
     if not (root / ".complete").exists():
         with tempfile.TemporaryDirectory(dir=root.parent) as tmp:
-            for blob in commit.tree[sub].traverse():
-                if blob.type == "blob" and blob.path.endswith(".py"):
-                    rel = blob.path[len(sub) + 1 :]
+            for rel in tree.paths():
+                if rel.endswith(".py"):
                     target = Path(tmp, PACKAGE, rel)
                     target.parent.mkdir(parents=True, exist_ok=True)
-                    target.write_bytes(blob.data_stream.read())
+                    target.write_bytes(tree.read(rel))
             shutil.rmtree(root / PACKAGE, ignore_errors=True)
             os.replace(Path(tmp) / PACKAGE, root / PACKAGE)
-        (root / ".complete").write_text(commit.hexsha)
-    package = root / PACKAGE
-    return SourceTree(package, f"git:{where}@{commit.hexsha[:12]}", "git", read_version(package), commit.hexsha, True)
-
-
-def _package_subdir(tree, package_dir: str) -> str | None:
-    for cand in (package_dir, "python/sglang", "sglang"):
-        try:
-            if tree[cand].type == "tree":
-                return cand
-        except KeyError:
-            continue
-    return None
+        (root / ".complete").write_text(commit)
+    version = tree.version()
+    repo.close()
+    return SourceTree(root / PACKAGE, f"git:{where}@{commit[:12]}", "git", version, commit, True)
 
 
 # -- local directory ----------------------------------------------------------------------

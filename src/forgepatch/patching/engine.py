@@ -127,8 +127,9 @@ def _scope(ctx: FileContext, func: cst.FunctionDef, def_line: int | None) -> Non
 
 
 def edit_file(text: str, rel: str, patch: Patch, sites: list[Site], arch: Arch, overlay: _Overlay,
-              pristine: bool) -> tuple[str, list[Finding], dict[str, list[str]]]:
-    """Apply ``patch``'s codemod to one file. Returns (new text, findings, symbols found per site)."""
+              pristine: bool, emit: bool = True) -> tuple[str, list[Finding], dict[str, list[str]]]:
+    """Apply ``patch``'s codemod to one file. Returns (new text, findings, symbols found per site).
+    With ``emit`` False only the findings are wanted: no module edits, codegen or verify."""
     module = parse(text, overlay.display(rel))
     ctx = FileContext(arch, rel, module, pristine, overlay.read_text, {}, {})
     codemod = patch.codemod(patch)
@@ -150,6 +151,8 @@ def edit_file(text: str, rel: str, patch: Patch, sites: list[Site], arch: Arch, 
             current = codemod.edit_function(current, site, qual, ctx) or current
         if current is not node:
             replacements[node] = current
+    if not emit:
+        return text, ctx.findings, found
     out = replace_functions(module, replacements) if replacements else module
     out = codemod.finalize_module(out, ctx)
     out = codemod.finalize_module(out, ctx)
@@ -188,9 +191,9 @@ def run_series(tree: Tree, patches: list[Patch], arch: Arch, version: str | None
                cache: MutableMapping[str, Any] | None = None, pristine: bool | None = None) -> ApplyResult:
     """Apply ``patches`` in order to ``tree`` for ``arch``; nothing is written.
 
-    With ``cache`` (a persistent mapping, used by drift scans over git blobs), per-file
-    findings are memoised by (blob key, patch hash, arch); files answered from the cache
-    contribute findings but no new text, so use a cache only when statuses are wanted.
+    With ``cache`` (a persistent mapping, used by drift scans over git blobs) only statuses
+    are computed: per-file findings are memoised by (blob key, patch, arch, live sites) and no
+    new text is produced (``changes`` stays empty).
     """
     pristine = getattr(tree, "pristine", False) if pristine is None else pristine
     overlay = _Overlay(tree)
@@ -217,9 +220,12 @@ def _run_patch(patch: Patch, arch: Arch, version: str | None, overlay: _Overlay,
     changes: dict[str, str] = {}
     files: dict[str, list[Site]] = {}
     quick = def_pattern(live) if live else None
+    # a file's findings depend on its blob, the patch, the arch, pristineness and which sites
+    # apply at this version (a blob unchanged across an applies_to boundary is rescanned)
+    scope = f"{patch.hash}:{arch.name}:{int(pristine)}:{','.join(s.name for s in live)}"
     for rel in paths:
         key = None if rel in overlay.texts or cache is None else overlay.tree.key(rel)
-        ckey = f"{key}:{patch.hash}:{arch.name}:{int(pristine)}" if key else None
+        ckey = f"{key}:{scope}" if key else None
         if ckey and ckey in cache:
             _from_cache(cache[ckey], findings, found, rel)
             continue
@@ -231,13 +237,14 @@ def _run_patch(patch: Patch, arch: Arch, version: str | None, overlay: _Overlay,
             cache[ckey] = {"f": [], "s": {}}
     for rel, sites in files.items():
         text = overlay.read_text(rel)
-        new_text, fnd, fsyms = edit_file(text, rel, patch, sites, arch, overlay, pristine)
+        new_text, fnd, fsyms = edit_file(text, rel, patch, sites, arch, overlay, pristine,
+                                         emit=cache is None)
         findings += fnd
         for k, v in fsyms.items():
             found.setdefault(k, []).extend(v)
         key = None if rel in overlay.texts or cache is None else overlay.tree.key(rel)
         if key:
-            cache[f"{key}:{patch.hash}:{arch.name}:{int(pristine)}"] = {
+            cache[f"{key}:{scope}"] = {
                 "f": [[f.site, f.status.value, f.line, f.symbol, f.detail] for f in fnd], "s": fsyms}
         if new_text != text:
             result.originals.setdefault(rel, text)

@@ -1,0 +1,160 @@
+"""``forgepatch pin add/list``, ``fork``, ``drift`` and ``init``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from forgepatch.cli._state import STATE, console, print_json
+
+pin_app = typer.Typer(help="Record SGLang pins (PyPI releases or git revisions) in matrix.toml.", no_args_is_help=True)
+
+
+@pin_app.command("add")
+def pin_add(
+    name: str = typer.Argument(..., help="Pin name (letters, digits, '_' and '-')."),
+    rev: Optional[str] = typer.Option(None, "--rev", help="A git revision; recorded as its full SHA."),
+    pypi: Optional[str] = typer.Option(None, "--pypi", help="A release on PyPI; recorded with its wheel's sha256."),
+    repo: Path = typer.Option(Path("."), "--repo", help="The git repository --rev is resolved in."),
+    json_out: bool = typer.Option(False, "--json", help="Print the pin as JSON."),
+) -> None:
+    """Add a pin to matrix.toml, resolved so builds are reproducible."""
+    from forgepatch.pins import add_pin, editable_config
+
+    config = editable_config(STATE.config_path)
+    row = add_pin(config, name, rev=rev, pypi=pypi, repo=repo)
+    if json_out:
+        print_json(row.to_json())
+    else:
+        console().print(f"pinned [bold]{row.name}[/] = {row.kind} {row.source} -> {row.resolved} in {config}")
+
+
+@pin_app.command("list")
+def pin_list(json_out: bool = typer.Option(False, "--json", help="Print the pins as JSON.")) -> None:
+    """List the pins of matrix.toml with what they resolve to."""
+    from forgepatch.config import load_matrix
+    from forgepatch.paths import default_config
+    from forgepatch.pins import list_pins
+
+    rows = list_pins(load_matrix(default_config(STATE.config_path)))
+    if json_out:
+        print_json([r.to_json() for r in rows])
+        return
+    from rich.table import Table
+
+    table = Table()
+    for col in ("pin", "kind", "source", "resolved", "version"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r.name + (" (default)" if r.default else ""), r.kind, r.source, r.resolved or "[red]unresolved[/]", r.version or "?")
+    console().print(table)
+
+
+def fork_cmd(
+    arch: str = typer.Option(..., "--arch", help="Target arch (sm120, sm103, ...)."),
+    repo: Path = typer.Option(..., "--repo", help="Git checkout of the SGLang fork."),
+    rev: Optional[str] = typer.Option(None, "--rev", help="Upstream revision the branch starts at."),
+    pin: Optional[str] = typer.Option(None, "--pin", help="Pin name for the branch (default: a matrix pin with that SHA, else the short SHA)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Create or refresh branch forgepatch/ARCH/PIN: REV plus one commit per applied patch."""
+    from forgepatch.fork import fork
+
+    # no blob cache here: fork needs the patched text of every file, not only statuses
+    result = fork(repo, arch, rev, pin, STATE.matrix(), STATE.patches())
+    if json_out:
+        print_json(result.to_json())
+    else:
+        _render_fork(result)
+    if result.drift:
+        from forgepatch.errors import Failure
+
+        raise Failure(f"drift on {result.upstream[:12]}: branch {result.branch} not moved")
+
+
+def _render_fork(result) -> None:
+    out = console()
+    if result.drift:
+        err = console(stderr=True)
+        for p in result.apply.patches:
+            for s in p.sites:
+                if s.status.value == "drift":
+                    cands = ", ".join(s.candidates[:5]) or "none"
+                    err.print(f"[red]drift[/] {p.patch_id} site {s.site}: {s.detail or 'not found'}; candidates: {cands}")
+        return
+    for p in result.apply.patches:
+        out.print(f"  {p.patch_id}: {p.status.value}")
+    for c in result.commits:
+        out.print(f"  {c.sha[:12]} {c.patch} ({len(c.files)} file{'s' if len(c.files) != 1 else ''})")
+    line = f"{result.status}: {result.branch} -> {result.head[:12] if result.head else '?'} (upstream {result.upstream[:12]})"
+    if result.previous_ref:
+        line += f"; previous head kept as {result.previous_ref}"
+    out.print(line)
+
+
+def drift_cmd(
+    arch: str = typer.Option(..., "--arch", help="Target arch."),
+    repo: Path = typer.Option(..., "--repo", help="Git repository holding the revisions."),
+    revs: Optional[str] = typer.Option(None, "--revs", help="Comma-separated revisions, reported in this order."),
+    since: Optional[str] = typer.Option(None, "--since", help="Walk first-parent history from REV ..."),
+    until: Optional[str] = typer.Option(None, "--until", help="... to REV (default HEAD)."),
+    every: int = typer.Option(1, "--every", help="With --since: every Nth commit (the newest is always included)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    markdown: bool = typer.Option(False, "--markdown", help="Print the report as Markdown (for a PR comment)."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the drift cache."),
+) -> None:
+    """Health of every patch of ARCH at many revisions, read from git objects."""
+    from forgepatch.errors import BadInput
+
+    if json_out and markdown:
+        raise BadInput("drift: --json and --markdown are exclusive")
+    rev_list = [r.strip() for r in revs.split(",") if r.strip()] if revs else None
+    if revs is not None and not rev_list:
+        raise BadInput("--revs: no revisions given")
+    from forgepatch.drift import render_markdown, render_table, scan
+
+    matrix = STATE.matrix()
+    if no_cache:
+        report = scan(repo, arch, matrix, STATE.patches(), rev_list, since, every, until, cache=None)
+    else:
+        from forgepatch.blobcache import BlobCache
+
+        with BlobCache() as cache:
+            report = scan(repo, arch, matrix, STATE.patches(), rev_list, since, every, until, cache=cache)
+    if json_out:
+        print_json(report.to_json())
+    elif markdown:
+        import sys
+
+        sys.stdout.write(render_markdown(report))
+    else:
+        render_table(report, console())
+    if report.drift:
+        from forgepatch.errors import Failure
+
+        bad = sorted({r.label for r in report.revs for p in report.patch_ids if r.status(p) == "drift"})
+        raise Failure(f"drift at {len(bad)} of {len(report.revs)} revision(s): {', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''}")
+
+
+def init_cmd(
+    directory: Path = typer.Option(Path("."), "--dir", help="The fork checkout to scaffold."),
+    json_out: bool = typer.Option(False, "--json", help="Print the files written as JSON."),
+) -> None:
+    """Scaffold matrix.toml, patches/ and dockerfiles/ (never overwrites a file)."""
+    from forgepatch.init import init
+
+    written = init(directory)
+    if json_out:
+        print_json({"written": [str(p) for p in written]})
+    else:
+        for p in written:
+            console().print(f"wrote {p}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(pin_app, name="pin")
+    app.command("fork")(fork_cmd)
+    app.command("drift")(drift_cmd)
+    app.command("init")(init_cmd)

@@ -1,0 +1,300 @@
+"""``forgepatch drift``: the health of every patch of an arch at many revisions, read from
+git objects without checking anything out, and each patch's health over time.
+
+Two memo layers make scans over hundreds of nightlies cheap, both in ``cache_dir("drift")``
+(safe to delete):
+- per file: the engine memoises its scan of a file by (blob id, patch hash, arch), so a
+  blob shared by many revisions is parsed once;
+- per package tree: a revision whose ``python/sglang`` tree id, patch files, version and
+  engine code were all seen before is answered without running the engine at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from forgepatch.errors import BadInput
+from forgepatch.gitrepo import GitRepo
+
+STATUS_ORDER = ["drift", "applied", "already-applied", "absorbed-upstream", "not-applicable"]
+SHORT = {
+    "applied": "applies",
+    "already-applied": "already",
+    "absorbed-upstream": "absorbed",
+    "not-applicable": "n/a",
+    "drift": "DRIFT",
+}
+
+
+@dataclass
+class RevHealth:
+    rev: str  # as given (or the SHA for --since walks)
+    sha: str
+    label: str  # tag or short SHA
+    version: str | None
+    patches: list[dict[str, Any]]  # PatchResult.to_json() without "files"
+    memo: bool = False  # answered from the per-tree memo
+
+    def status(self, patch_id: str) -> str | None:
+        for p in self.patches:
+            if p["patch"] == patch_id:
+                return p["status"]
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rev": self.rev, "sha": self.sha, "label": self.label, "version": self.version,
+                "patches": self.patches}
+
+
+@dataclass
+class PatchHealth:
+    patch: str
+    summary: str
+    first_drift: str | None  # label of the first rev where it drifted
+    first_absorbed: str | None  # label of the first rev where upstream absorbed it
+    last_status: str | None
+    retire: bool  # absorbed at the newest rev: upstream carries it, drop the patch
+
+    def to_json(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+
+@dataclass
+class DriftReport:
+    arch: str
+    patch_ids: list[str]
+    patchset: str
+    revs: list[RevHealth] = field(default_factory=list)
+    health: list[PatchHealth] = field(default_factory=list)
+    stats: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def drift(self) -> bool:
+        return any(r.status(p) == "drift" for r in self.revs for p in self.patch_ids)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "arch": self.arch,
+            "patchset": self.patchset,
+            "drift": self.drift,
+            "patches": self.patch_ids,
+            "revs": [r.to_json() for r in self.revs],
+            "health": [h.to_json() for h in self.health],
+            "cache": self.stats,
+        }
+
+
+# -- choosing revisions --------------------------------------------------------------------
+def select_revs(repo: GitRepo, revs: list[str] | None, since: str | None, every: int, until: str | None) -> list[tuple[str, str]]:
+    """[(rev as given, full SHA)] in the order they are reported (oldest first for walks)."""
+    if revs and since:
+        raise BadInput("drift: give --revs or --since, not both")
+    if revs:
+        return [(r, repo.resolve(r)) for r in revs]
+    if not since:
+        raise BadInput("drift: give --revs R1,R2,... or --since REV [--every N]")
+    if every < 1:
+        raise BadInput("--every: must be >= 1")
+    chain = repo.first_parent(since, until or "HEAD")
+    picked = chain[::every]
+    if picked[-1] != chain[-1]:
+        picked.append(chain[-1])  # always report the newest revision
+    return [(sha, sha) for sha in picked]
+
+
+# -- the scan ------------------------------------------------------------------------------
+def engine_digest() -> str:
+    """Hash of the patch engine's own code: a new engine invalidates the tree memo."""
+    import forgepatch
+    from forgepatch import patching
+
+    digest = hashlib.sha256(forgepatch.__version__.encode())
+    for path in sorted(Path(patching.__file__).parent.rglob("*.py")):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def patch_files_digest(patches_dir: Path, ids: list[str]) -> str:
+    """Hash of the patch files of the series (bytes), without loading them."""
+    digest = hashlib.sha256()
+    for pid in ids:
+        for path in (patches_dir / f"{pid}.toml", patches_dir / f"{pid}.py"):
+            if path.is_file():
+                digest.update(pid.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def scan(
+    repo_path: Path,
+    arch_name: str,
+    matrix,
+    patches_dir: Path,
+    revs: list[str] | None = None,
+    since: str | None = None,
+    every: int = 1,
+    until: str | None = None,
+    cache=None,
+    tree_memo: bool = True,
+) -> DriftReport:
+    """Run the arch's patch series on the package at every selected revision."""
+    from forgepatch.arch import get_arch
+
+    arch = get_arch(arch_name)
+    ids = list(matrix.arch(arch.name).patches)
+    with GitRepo(repo_path) as repo:
+        picked = select_revs(repo, revs, since, every, until)
+        trees = [(rev, sha, repo.tree(sha, matrix.upstream.package_dir)) for rev, sha in picked]
+        memo_base = None
+        if cache is not None and tree_memo:
+            memo_base = hashlib.sha256(
+                f"{arch.name}\0{patch_files_digest(patches_dir, ids)}\0{engine_digest()}".encode()
+            ).hexdigest()
+        engine = None
+        report = DriftReport(arch.name, ids, "")
+        stats = {"revs": len(trees), "tree_memo_hits": 0, "engine_runs": 0}
+        for rev, sha, tree in trees:
+            version = tree.version()
+            key = f"drift-tree:{memo_base}:{tree.tree_id}:{version}" if memo_base else None
+            doc = _memo_get(cache, key)
+            from_memo = doc is not None
+            if from_memo:
+                stats["tree_memo_hits"] += 1
+            else:
+                if engine is None:
+                    engine = _Engine(patches_dir, ids, arch)
+                result = engine.run(tree, version, cache)
+                stats["engine_runs"] += 1
+                doc = {"patchset": result.patchset_hash or engine.patchset,
+                       "patches": [_patch_doc(p) for p in result.patches]}
+                if key is not None:
+                    cache[key] = doc
+            report.patchset = report.patchset or doc["patchset"]
+            label = rev if rev != sha else repo.describe(sha)
+            report.revs.append(RevHealth(rev, sha, label, version, doc["patches"], memo=from_memo))
+        if engine is not None and not report.patchset:
+            report.patchset = engine.patchset
+        if hasattr(cache, "hits"):
+            stats["blob_hits"], stats["blob_misses"] = cache.hits, cache.misses
+        report.stats = stats
+        report.health = health_over_time(report)
+    return report
+
+
+class _Engine:
+    """Lazily loaded patch engine (libcst) for revisions the tree memo cannot answer."""
+
+    def __init__(self, patches_dir: Path, ids: list[str], arch):
+        from forgepatch.patching.engine import run_series
+        from forgepatch.patching.patchset import load_patches, patchset_hash
+
+        self._run = run_series
+        self.patches = load_patches(patches_dir, ids)
+        self.patchset = patchset_hash(self.patches)
+        self.arch = arch
+
+    def run(self, tree, version, cache):
+        return self._run(tree, self.patches, self.arch, version, cache)
+
+
+def _memo_get(cache, key: str | None):
+    if cache is None or key is None:
+        return None
+    try:
+        return cache[key]
+    except KeyError:
+        return None
+
+
+def _patch_doc(patch) -> dict[str, Any]:
+    doc = patch.to_json()
+    doc.pop("files", None)
+    return doc
+
+
+def health_over_time(report: DriftReport) -> list[PatchHealth]:
+    """For each patch: the first rev where it drifted, the first where upstream absorbed
+    it, and whether it can be retired (absorbed at the newest rev)."""
+    out = []
+    for pid in report.patch_ids:
+        summary, first_drift, first_absorbed, last = "", None, None, None
+        for rev in report.revs:
+            for p in rev.patches:
+                if p["patch"] == pid:
+                    summary = summary or p.get("summary", "")
+            status = rev.status(pid)
+            if status == "drift" and first_drift is None:
+                first_drift = rev.label
+            if status == "absorbed-upstream" and first_absorbed is None:
+                first_absorbed = rev.label
+            last = status
+        out.append(PatchHealth(pid, summary, first_drift, first_absorbed, last, last == "absorbed-upstream"))
+    return out
+
+
+# -- rendering -----------------------------------------------------------------------------
+def _candidates(report: DriftReport) -> list[str]:
+    lines = []
+    for rev in report.revs:
+        for p in rev.patches:
+            for site in p.get("sites", []):
+                if site.get("status") == "drift":
+                    cands = ", ".join(site.get("candidates") or []) or "none"
+                    lines.append(f"{rev.label}: {p['patch']} site {site.get('site')}: {site.get('detail') or 'not found'}; candidates: {cands}")
+    return lines
+
+
+def render_markdown(report: DriftReport) -> str:
+    """A PR-comment-ready Markdown document."""
+    verdict = "drift" if report.drift else "healthy"
+    out = [f"### forgepatch drift: {report.arch} ({verdict})", ""]
+    out.append("| rev | version | " + " | ".join(f"`{p}`" for p in report.patch_ids) + " |")
+    out.append("|---|---|" + "---|" * len(report.patch_ids))
+    for rev in report.revs:
+        cells = []
+        for pid in report.patch_ids:
+            status = rev.status(pid) or "-"
+            short = SHORT.get(status, status)
+            cells.append(f"**{short}**" if status == "drift" else short)
+        out.append(f"| `{rev.label}` | {rev.version or '?'} | " + " | ".join(cells) + " |")
+    out += ["", "| patch | first drift | first absorbed | advice |", "|---|---|---|---|"]
+    for h in report.health:
+        advice = "retire this patch (upstream absorbed it)" if h.retire else ("fix the patch" if h.last_status == "drift" else "keep")
+        out.append(f"| `{h.patch}` | {h.first_drift or '-'} | {h.first_absorbed or '-'} | {advice} |")
+    cands = _candidates(report)
+    if cands:
+        out += ["", "<details><summary>drift candidates</summary>", ""]
+        out += [f"- {line}" for line in cands]
+        out += ["", "</details>"]
+    return "\n".join(out) + "\n"
+
+
+def render_table(report: DriftReport, console) -> None:
+    from rich.table import Table
+
+    styles = {"drift": "bold red", "applied": "green", "already-applied": "cyan",
+              "absorbed-upstream": "yellow", "not-applicable": "dim"}
+    table = Table(title=f"patch health for {report.arch}", title_justify="left")
+    table.add_column("rev")
+    table.add_column("version")
+    for pid in report.patch_ids:
+        table.add_column(pid)
+    for rev in report.revs:
+        cells = []
+        for pid in report.patch_ids:
+            status = rev.status(pid) or "-"
+            cells.append(f"[{styles.get(status, '')}]{SHORT.get(status, status)}[/]" if status in styles else status)
+        table.add_row(rev.label, rev.version or "?", *cells)
+    console.print(table)
+    health = Table(title="health over time", title_justify="left")
+    for col in ("patch", "first drift", "first absorbed", "advice"):
+        health.add_column(col)
+    for h in report.health:
+        advice = "[yellow]retire this patch[/]" if h.retire else ("[red]fix the patch[/]" if h.last_status == "drift" else "keep")
+        health.add_row(h.patch, h.first_drift or "-", h.first_absorbed or "-", advice)
+    console.print(health)
+    for line in _candidates(report):
+        console.print(f"[red]drift[/] {line}")

@@ -1,0 +1,289 @@
+"""``forgepatch fork``: the branch ``forgepatch/<arch>/<pin>`` = REV + one commit per patch.
+
+The patch series runs on the package read from git objects at REV. Commits are built in a
+separate linked worktree (``<git dir>/forgepatch-worktrees/<arch>-<pin>``, created without
+checkout: only the files a patch changes are written there), so the user's checked-out
+branch, index and working files are never touched. The branch ref moves last, with a
+compare-and-swap ``git update-ref``, under the repository's forgepatch lock.
+
+Re-running with identical results (same trees, same messages) moves nothing. When the
+result differs, the old head is kept as ``refs/forgepatch/previous/<arch>/<pin>/<UTC
+stamp>`` (and stays in the branch's reflog). Drift on a required site moves nothing.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from forgepatch.errors import BadInput
+from forgepatch.gitrepo import GitError, GitRepo, git
+
+TRAILER_PATCH = "Forgepatch-Patch"
+TRAILER_ARCH = "Forgepatch-Arch"
+TRAILER_UPSTREAM = "Forgepatch-Upstream"
+TRAILER_PATCHSET = "Forgepatch-Patchset"
+PREVIOUS_PREFIX = "refs/forgepatch/previous"
+WORKTREES = "forgepatch-worktrees"
+_FALLBACK_IDENT = {
+    "GIT_AUTHOR_NAME": "forgepatch",
+    "GIT_AUTHOR_EMAIL": "forgepatch@localhost",
+    "GIT_COMMITTER_NAME": "forgepatch",
+    "GIT_COMMITTER_EMAIL": "forgepatch@localhost",
+}
+# hooks and signing are the user's business on their own commits, not on generated ones
+_QUIET_GIT = ("-c", "core.hooksPath=/dev/null", "-c", "commit.gpgsign=false")
+
+
+@dataclass
+class ForkCommit:
+    patch: str
+    sha: str
+    files: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"patch": self.patch, "sha": self.sha, "files": self.files}
+
+
+@dataclass
+class ForkResult:
+    arch: str
+    pin: str
+    branch: str
+    upstream: str
+    version: str | None
+    patchset: str
+    status: str  # "created" | "updated" | "unchanged" | "drift"
+    head: str | None = None
+    previous_head: str | None = None
+    previous_ref: str | None = None
+    commits: list[ForkCommit] = field(default_factory=list)
+    apply: Any = None  # ApplyResult
+
+    @property
+    def drift(self) -> bool:
+        return self.status == "drift"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "arch": self.arch,
+            "pin": self.pin,
+            "branch": self.branch,
+            "upstream": self.upstream,
+            "version": self.version,
+            "patchset": self.patchset,
+            "status": self.status,
+            "head": self.head,
+            "previous_head": self.previous_head,
+            "previous_ref": self.previous_ref,
+            "commits": [c.to_json() for c in self.commits],
+            "patches": [p.to_json() for p in self.apply.patches] if self.apply is not None else [],
+        }
+
+
+def branch_name(arch: str, pin: str) -> str:
+    return f"forgepatch/{arch}/{pin}"
+
+
+def commit_message(summary: str, patch_id: str, arch: str, upstream: str, patchset: str) -> str:
+    return (
+        f"{summary.strip()}\n\n"
+        f"{TRAILER_PATCH}: {patch_id}\n"
+        f"{TRAILER_ARCH}: {arch}\n"
+        f"{TRAILER_UPSTREAM}: {upstream}\n"
+        f"{TRAILER_PATCHSET}: {patchset}\n"
+    )
+
+
+def choose_pin(matrix, repo: GitRepo, rev: str | None, pin: str | None) -> tuple[str, str]:
+    """(pin name, REV to resolve). ``--pin`` alone uses that pin's rev from matrix.toml;
+    ``--rev`` alone names the branch after a matrix pin with that SHA, else the short SHA."""
+    known = matrix.pins.get(pin) if pin else None
+    if rev is None:
+        if known is None or known.rev is None:
+            raise BadInput("fork: give --rev REV (or --pin NAME of a git-revision pin in matrix.toml)")
+        rev = known.rev
+    sha = repo.resolve(rev)
+    if pin is None:
+        named = [n for n, p in matrix.pins.items() if p.rev and p.rev == sha]
+        pin = named[0] if named else sha[:12]
+    elif known is not None and known.rev is not None and repo.resolve(known.rev) != sha:
+        raise BadInput(f"--pin: {pin!r} is pinned to {known.rev[:12]} in matrix.toml, not {rev!r}")
+    return pin, sha
+
+
+def fork(
+    repo_path: Path,
+    arch_name: str,
+    rev: str | None,
+    pin: str | None,
+    matrix,
+    patches_dir: Path,
+) -> ForkResult:
+    """Create or refresh ``forgepatch/<arch>/<pin>``; see the module docstring."""
+    from forgepatch.arch import get_arch
+
+    arch = get_arch(arch_name)
+    arch_cfg = matrix.arch(arch.name)
+    with GitRepo(repo_path) as repo:
+        pin, upstream = choose_pin(matrix, repo, rev, pin)
+        branch = branch_name(arch.name, pin)
+        try:
+            git(repo.root, "check-ref-format", f"refs/heads/{branch}")
+        except GitError:
+            raise BadInput(f"--pin: {pin!r} does not make a valid branch name ({branch})") from None
+        tree = repo.tree(upstream, matrix.upstream.package_dir)
+        version = tree.version()
+
+        from forgepatch.patching.engine import run_series
+        from forgepatch.patching.patchset import load_patches, patchset_hash
+
+        patches = load_patches(patches_dir, arch_cfg.patches)
+        patchset = patchset_hash(patches)
+        with repo.lock():
+            result = run_series(tree, patches, arch, version)
+            out = ForkResult(arch.name, pin, branch, upstream, version, patchset, "drift", apply=result)
+            if result.drift:
+                return out
+            _refuse_checked_out(repo, branch)
+            old = _ref(repo, f"refs/heads/{branch}")
+            new, commits = _build_commits(repo, tree, upstream, result, arch.name, pin, patchset)
+            out.head, out.commits = new, commits
+            if old is not None and _same_series(repo, upstream, old, new):
+                out.status, out.head = "unchanged", old
+                out.commits = _existing_commits(repo, upstream, old)
+                return out
+            if old is not None:
+                out.previous_head = old
+                out.previous_ref = _keep_previous(repo, arch.name, pin, old)
+            reason = f"forgepatch fork: {arch.name} patches on {upstream[:12]} ({patchset[:12]})"
+            git(repo.root, "update-ref", "-m", reason, f"refs/heads/{branch}", new, old or "")
+            out.status = "updated" if old is not None else "created"
+            return out
+
+
+# -- building ------------------------------------------------------------------------------
+def _build_commits(repo: GitRepo, tree, upstream: str, result, arch: str, pin: str, patchset: str):
+    """Commit each patch's changes on top of ``upstream`` in a private linked worktree;
+    returns (head sha, commits). Nothing outside ``<git dir>/forgepatch-worktrees`` and the
+    object store is written."""
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{arch}-{pin}")
+    wt = repo.git_dir / WORKTREES / slug
+    _drop_worktree(repo, wt)
+    wt.parent.mkdir(parents=True, exist_ok=True)
+    git(repo.root, "worktree", "add", "--detach", "--no-checkout", "-q", str(wt), upstream)
+    env = _identity_env(repo)
+    try:
+        git(wt, "read-tree", upstream)  # index = upstream; only changed files get written
+        state = dict(result.originals)
+        commits: list[ForkCommit] = []
+        for patch in result.patches:
+            touched = sorted(rel for rel, text in patch.changes.items() if state.get(rel) != text)
+            if not touched:
+                continue
+            paths = []
+            for rel in touched:
+                path = f"{tree.package_dir}/{rel}"
+                target = wt / path
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(patch.changes[rel].encode("utf-8"))
+                state[rel] = patch.changes[rel]
+                paths.append(path)
+            git(wt, "add", "--", *paths)
+            msg = commit_message(patch.summary, patch.patch_id, arch, upstream, patchset)
+            git(wt, *_QUIET_GIT, "commit", "-q", "--no-verify", "-F", "-", input=msg.encode(), env=env)
+            commits.append(ForkCommit(patch.patch_id, git(wt, "rev-parse", "HEAD"), paths))
+        head = git(wt, "rev-parse", "HEAD")
+    finally:
+        _drop_worktree(repo, wt)
+    return head, commits
+
+
+def _drop_worktree(repo: GitRepo, wt: Path) -> None:
+    if wt.exists():
+        try:
+            git(repo.root, "worktree", "remove", "--force", "--force", str(wt))
+        except GitError:
+            shutil.rmtree(wt, ignore_errors=True)
+    try:
+        git(repo.root, "worktree", "prune")
+    except GitError:
+        pass
+
+
+def _identity_env(repo: GitRepo) -> dict[str, str]:
+    """The user's git identity when configured, else a fixed forgepatch identity."""
+    try:
+        git(repo.root, "config", "user.email")
+        git(repo.root, "config", "user.name")
+        return {}
+    except GitError:
+        return dict(_FALLBACK_IDENT)
+
+
+# -- comparing and moving refs -------------------------------------------------------------
+def _ref(repo: GitRepo, ref: str) -> str | None:
+    try:
+        return git(repo.root, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    except GitError:
+        return None
+
+
+def _refuse_checked_out(repo: GitRepo, branch: str) -> None:
+    listing = git(repo.root, "worktree", "list", "--porcelain")
+    path = None
+    for line in listing.splitlines():
+        if line.startswith("worktree "):
+            path = line[len("worktree "):]
+        elif line == f"branch refs/heads/{branch}":
+            raise BadInput(f"fork: branch {branch} is checked out in {path}; switch that worktree to another branch first")
+
+
+def _series(repo: GitRepo, upstream: str, head: str) -> list[tuple[str, str]] | None:
+    """(tree, message) of each commit from upstream (exclusive) to head along first
+    parents, oldest first; None if head does not descend from upstream that way."""
+    out = git(repo.root, "log", "--first-parent", "--reverse", "--format=%H%x00%T%x00%P%x00%B%x1e", f"{upstream}..{head}")
+    rows = [r.strip("\n") for r in out.split("\x1e") if r.strip("\n")]
+    series, parent = [], upstream
+    for row in rows:
+        sha, tree, parents, body = row.split("\x00", 3)
+        if parents.split()[:1] != [parent]:
+            return None
+        series.append((tree, body.strip()))
+        parent = sha
+    if parent != head:
+        return None
+    return series
+
+
+def _same_series(repo: GitRepo, upstream: str, old: str, new: str) -> bool:
+    a = _series(repo, upstream, old)
+    return a is not None and a == _series(repo, upstream, new)
+
+
+def _existing_commits(repo: GitRepo, upstream: str, head: str) -> list[ForkCommit]:
+    from forgepatch.gitrepo import parse_trailers
+
+    out = git(repo.root, "log", "--first-parent", "--reverse", "--name-only", "--format=%x1e%H%x00%B%x00", f"{upstream}..{head}")
+    commits = []
+    for row in out.split("\x1e"):
+        if not row.strip():
+            continue
+        sha, body, files = row.split("\x00", 2)
+        commits.append(ForkCommit(parse_trailers(body).get(TRAILER_PATCH, ""), sha, [f for f in files.split("\n") if f]))
+    return commits
+
+
+def _keep_previous(repo: GitRepo, arch: str, pin: str, old: str) -> str:
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    base = f"{PREVIOUS_PREFIX}/{arch}/{pin}/{stamp}"
+    ref, n = base, 1
+    while _ref(repo, ref) is not None:
+        n += 1
+        ref = f"{base}-{n}"
+    git(repo.root, "update-ref", "-m", "forgepatch fork: previous head", ref, old, "")
+    return ref

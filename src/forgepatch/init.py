@@ -1,0 +1,62 @@
+"""``forgepatch init``: scaffold matrix.toml, patches/ and dockerfiles/ in a fork checkout.
+
+Writes a commented matrix.toml, the shipped sm120 patch as the example patch, and the
+shipped Dockerfile. Refuses (exit 2) if any of those files already exists; otherwise
+writes each one atomically (temp file + rename).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from forgepatch.errors import BadInput, Failure
+
+EXAMPLE_PATCH = "sm120-flashinfer-allreduce-fusion"
+MATRIX_TEMPLATE = Path(__file__).parent / "data" / "init" / "matrix.toml"
+
+
+def plan(dest: Path) -> dict[Path, Path]:
+    """target file -> shipped source file."""
+    from forgepatch.paths import SHIPPED_DOCKERFILE, SHIPPED_PATCHES
+
+    sources = sorted(p for p in SHIPPED_PATCHES.glob(f"{EXAMPLE_PATCH}.*") if p.suffix in (".toml", ".py"))
+    if not sources:
+        raise Failure(f"init: the shipped example patch {EXAMPLE_PATCH} is missing from {SHIPPED_PATCHES}")
+    if not SHIPPED_DOCKERFILE.is_file():
+        raise Failure(f"init: the shipped Dockerfile is missing ({SHIPPED_DOCKERFILE})")
+    files = {dest / "matrix.toml": MATRIX_TEMPLATE}
+    for src in sources:
+        files[dest / "patches" / src.name] = src
+    files[dest / "dockerfiles" / "Dockerfile"] = SHIPPED_DOCKERFILE
+    return files
+
+
+def init(dest: Path) -> list[Path]:
+    """Scaffold ``dest``; returns the files written."""
+    dest = Path(dest)
+    if not dest.is_dir():
+        raise BadInput(f"init: {dest} is not a directory")
+    files = plan(dest)
+    existing = [str(p.relative_to(dest)) for p in files if p.exists() or p.is_symlink()]
+    if existing:
+        raise BadInput(f"init: refusing to overwrite existing {', '.join(existing)} in {dest}")
+    written = []
+    for target, src in files.items():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(src.read_bytes())
+            os.chmod(tmp, 0o644)
+            try:
+                os.link(tmp, target)  # fails if the target appeared meanwhile: never overwrite
+            except FileExistsError:
+                raise BadInput(f"init: refusing to overwrite {target}") from None
+            except OSError:  # no hard links on this filesystem
+                os.replace(tmp, target)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+        written.append(target)
+    return written

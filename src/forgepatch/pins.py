@@ -1,0 +1,213 @@
+"""``forgepatch pin add/list``: record pins in matrix.toml, resolved for reproducibility.
+
+A pin is a PyPI release (recorded with the sha256 of its wheel) or a git revision
+(recorded as the full commit SHA, with the package version found at that commit). The
+file is edited with tomlkit, so comments and layout survive, and written atomically
+(temp file + rename) only after the result validates.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from forgepatch.errors import BadInput
+
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_VERSION_RE = re.compile(r"[0-9][0-9A-Za-z.+!_-]*")
+
+
+@dataclass
+class PinRow:
+    name: str
+    kind: str  # "pypi" | "rev"
+    source: str  # "0.5.23" or the rev as recorded
+    resolved: str | None  # wheel sha256 or full SHA
+    version: str | None
+    default: bool
+
+    def to_json(self) -> dict:
+        return self.__dict__.copy()
+
+
+def editable_config(explicit: Path | None) -> Path:
+    """The matrix.toml ``pin add`` may edit: ``--config`` or ``./matrix.toml``, never the
+    copy shipped inside the package."""
+    from forgepatch.paths import SHIPPED_MATRIX
+
+    path = explicit if explicit is not None else Path("matrix.toml")
+    if not path.is_file():
+        raise BadInput(f"--config: {path} does not exist (run `forgepatch init` or pass --config FILE)")
+    if path.resolve() == SHIPPED_MATRIX.resolve():
+        raise BadInput(f"--config: {path} is the matrix shipped with forgepatch; run `forgepatch init` for an editable copy")
+    return path
+
+
+# -- resolving -----------------------------------------------------------------------------
+def resolve_rev(repo_path: Path, rev: str, package_dir: str) -> tuple[str, str | None]:
+    """(full SHA, package version at that commit or None)."""
+    from forgepatch.gitrepo import GitRepo
+
+    with GitRepo(repo_path) as repo:
+        sha = repo.resolve(rev)
+        try:
+            version = repo.tree(sha, package_dir).version()
+        except BadInput:
+            version = None
+    return sha, version
+
+
+def pypi_wheel(version: str) -> Path:
+    """The ``sglang==version`` wheel in the cache, downloaded once with pip.
+
+    Delegates to ``forgepatch.sources.pypi_wheel`` when the core provides it."""
+    try:
+        from forgepatch.sources import pypi_wheel as core_pypi_wheel
+    except ImportError:
+        core_pypi_wheel = None
+    if core_pypi_wheel is not None:
+        try:
+            return Path(core_pypi_wheel(version))
+        except BadInput as exc:
+            raise BadInput(f"--pypi: {str(exc).removeprefix('--source: ')}") from None
+    from forgepatch.paths import cache_dir
+
+    dest = cache_dir("wheels", version)  # same layout as forgepatch.sources
+    found = sorted(dest.glob("sglang-*.whl"))
+    if found:
+        return found[0]
+    with tempfile.TemporaryDirectory(dir=dest) as tmp:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"sglang=={version}", "-d", tmp],
+            capture_output=True, text=True,
+        )
+        got = sorted(Path(tmp).glob("sglang-*.whl"))
+        if proc.returncode != 0 or not got:
+            raise BadInput(f"--pypi: no wheel for sglang=={version} on PyPI")
+        final = dest / got[0].name
+        os.replace(got[0], final)
+        return final
+
+
+def wheel_sha256(version: str) -> str:
+    digest = hashlib.sha256()
+    with pypi_wheel(version).open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+# -- editing -------------------------------------------------------------------------------
+def add_pin(
+    config: Path,
+    name: str,
+    *,
+    rev: str | None = None,
+    pypi: str | None = None,
+    repo: Path | None = None,
+    record_repo: str | None = None,
+) -> PinRow:
+    """Resolve and append ``[pins.NAME]`` to ``config``; BadInput if NAME exists."""
+    import tomlkit
+
+    from forgepatch.config import load_matrix
+
+    if (rev is None) == (pypi is None):
+        raise BadInput("pin add: give exactly one of --rev SHA or --pypi VERSION")
+    if not _NAME_RE.fullmatch(name):
+        raise BadInput(f"pin add: invalid pin name {name!r} (letters, digits, '.', '_' and '-')")
+    matrix = load_matrix(config)
+    if name in matrix.pins:
+        raise BadInput(f"pin add: pin {name!r} already exists in {config}")
+
+    entry: dict[str, str] = {}
+    if pypi is not None:
+        if not _VERSION_RE.fullmatch(pypi):
+            raise BadInput(f"--pypi: invalid version {pypi!r}")
+        entry = {"pypi": pypi, "sha256": wheel_sha256(pypi)}
+    else:
+        sha, version = resolve_rev(repo or Path("."), rev or "", matrix.upstream.package_dir)
+        entry = {"rev": sha}
+        if record_repo:
+            entry["repo"] = record_repo
+        if version:
+            entry["version"] = version
+
+    text = config.read_text(encoding="utf-8")
+    doc = tomlkit.parse(text)
+    _append_pin(doc, name, entry)
+    _write_validated(config, tomlkit.dumps(doc))
+    return PinRow(name, "pypi" if pypi else "rev", pypi or rev or "", entry.get("sha256") or entry.get("rev"),
+                  pypi or entry.get("version"), False)
+
+
+def _append_pin(doc, name: str, entry: dict[str, str]) -> None:
+    """Add ``[pins.name]`` right after the last existing pin, keeping the comments that
+    introduce the next table (tomlkit stores them at the end of the preceding table)."""
+    import tomlkit
+    from tomlkit.items import Table
+
+    table = tomlkit.table()
+    for key, value in entry.items():
+        table[key] = value
+    pins = doc.get("pins")
+    if pins is None:
+        doc["pins"] = tomlkit.table(is_super_table=True)
+        pins = doc["pins"]
+    children = [v for v in pins.value.values() if isinstance(v, Table)] if isinstance(pins, Table) else []
+    if children:
+        last = children[-1]
+        body = last.value.body
+        cut = len(body)
+        while cut and body[cut - 1][0] is None:
+            cut -= 1
+        trailing = body[cut:]
+        del body[cut:]
+        if trailing:
+            table.value.body.extend(trailing)
+        elif not str(last.as_string()).endswith("\n\n"):
+            last.value.body.append((None, tomlkit.ws("\n")))
+    pins[name] = table
+
+
+def _write_validated(config: Path, text: str) -> None:
+    """Validate the new text as a matrix, then replace ``config`` atomically."""
+    from forgepatch.config import load_matrix
+
+    target = config.resolve()
+    fd, tmp = tempfile.mkstemp(prefix=".matrix.", suffix=".toml", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+        load_matrix(Path(tmp))
+        try:
+            os.chmod(tmp, target.stat().st_mode & 0o7777)
+        except OSError:
+            pass
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def list_pins(matrix) -> list[PinRow]:
+    rows = []
+    for name, pin in matrix.pins.items():
+        kind = "pypi" if pin.pypi else "rev"
+        rows.append(
+            PinRow(
+                name=name,
+                kind=kind,
+                source=pin.pypi or (f"{pin.repo}@{pin.rev}" if pin.repo else pin.rev or ""),
+                resolved=pin.sha256 if pin.pypi else (pin.rev if pin.rev and re.fullmatch(r"[0-9a-f]{40}", pin.rev) else None),
+                version=pin.pypi or pin.version,
+                default=name == matrix.default_pin,
+            )
+        )
+    return rows
