@@ -121,36 +121,10 @@ def patchset_of(patches: Path, ids=(PATCH,)) -> str:
 
 def make_fork(repo: Path, config: Path, patches: Path) -> str:
     """The fork branch, made by ``forgepatch fork``; returns its head."""
-    try:
-        import forgepatch.fork  # noqa: F401
-    except ImportError:  # INTERIM until the fork branch is merged: same commit + trailers
-        return _interim_fork(repo, config, patches)
     r = cli("--config", config, "--patches", patches, "fork", "--arch", ARCH, "--repo", repo,
             "--rev", f"v{VERSION}", "--pin", PIN, "--json")
     assert r.returncode == 0, r.stderr
     return git(repo, "rev-parse", f"refs/heads/{BRANCH}")
-
-
-def _interim_fork(repo: Path, config: Path, patches: Path) -> str:
-    out = repo.parent / "patched"
-    r = cli("--config", config, "--patches", patches, "apply", "--arch", ARCH, "--source", repo / "python",
-            "--out", out, "--json")
-    assert r.returncode == 0, r.stderr
-    doc = json.loads(r.stdout)
-    upstream = git(repo, "rev-parse", f"v{VERSION}")
-    env = dict(os.environ, GIT_INDEX_FILE=str(repo.parent / "fork-index"))
-    run = lambda *a, **kw: subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True, env=env, **kw).stdout.decode().strip()  # noqa: E731
-    run("read-tree", upstream)
-    for rel in doc["changed_files"]:
-        rel = rel.removeprefix("sglang/")
-        oid = run("hash-object", "-w", "--stdin", input=(out / "sglang" / rel).read_bytes())
-        run("update-index", "--add", "--cacheinfo", f"100644,{oid},python/sglang/{rel}")
-    msg = (f"sm120 patch\n\nForgepatch-Patch: {PATCH}\nForgepatch-Arch: {ARCH}\n"
-           f"Forgepatch-Upstream: {upstream}\nForgepatch-Patchset: {doc['patchset']}\n")
-    sha = run("commit-tree", run("write-tree"), "-p", upstream, "-m", msg)
-    run("update-ref", f"refs/heads/{BRANCH}", sha)
-    shutil.rmtree(out)
-    return sha
 
 
 def pack_repo(repo: Path) -> Path:

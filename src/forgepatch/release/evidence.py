@@ -7,19 +7,18 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from forgepatch.errors import BadInput, Failure
+# the fork branch and its trailers, as `forgepatch fork` writes them (re-exported for release)
+from forgepatch.fork import TRAILER_ARCH, TRAILER_PATCHSET, TRAILER_UPSTREAM, branch_name  # noqa: F401
+from forgepatch.gitrepo import GitError
+from forgepatch.gitrepo import git, parse_trailers
 from forgepatch.ledger import sha256_bytes
 
-# written by `forgepatch fork` (forgepatch.fork): branch name and commit trailers
-TRAILER_PATCHSET = "Forgepatch-Patchset"
-TRAILER_ARCH = "Forgepatch-Arch"
-TRAILER_UPSTREAM = "Forgepatch-Upstream"
 # written by `forgepatch build` (forgepatch.images.spec): image labels
 LABEL_ARCH = "forgepatch.arch"
 LABEL_PIN = "forgepatch.pin"
@@ -28,11 +27,6 @@ LABEL_CONTEXT_HASH = "forgepatch.context-hash"
 LABEL_REVISION = "org.opencontainers.image.revision"
 
 _IDENT = {"GIT_COMMITTER_NAME": "forgepatch", "GIT_COMMITTER_EMAIL": "forgepatch@localhost"}
-
-
-def branch_name(arch: str, pin: str) -> str:
-    """The fork branch of ``forgepatch fork`` (forgepatch.fork.branch_name)."""
-    return f"forgepatch/{arch}/{pin}"
 
 
 def tag_safe(text: str, limit: int = 64) -> str:
@@ -98,36 +92,13 @@ def load_results(paths: list[Path]) -> list[ResultsFile]:
 
 
 # -- git -----------------------------------------------------------------------------------------
-class GitFailed(Exception):
-    pass
-
-
-def git(repo: Path, *args: str, input: bytes | None = None, env: dict[str, str] | None = None) -> str:
-    proc = subprocess.run(["git", *args], cwd=repo, input=input, capture_output=True, check=False,
-                          env={**os.environ, **env} if env else None)
-    if proc.returncode != 0:
-        err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise GitFailed(err[-1] if err else f"git {args[0]} failed")
-    return proc.stdout.decode("utf-8", "surrogateescape").removesuffix("\n")
-
-
 def repo_root(path: Path) -> Path:
     if not Path(path).is_dir():
         raise BadInput(f"--repo: {path} is not a directory")
     try:
         return Path(git(Path(path), "rev-parse", "--show-toplevel"))
-    except GitFailed:
+    except GitError:
         raise BadInput(f"--repo: {path} is not a git repository") from None
-
-
-def parse_trailers(message: str) -> dict[str, str]:
-    """``Key: value`` lines of the message's last paragraph."""
-    paragraphs = [p for p in message.strip().split("\n\n") if p.strip()]
-    out: dict[str, str] = {}
-    for line in (paragraphs[-1] if paragraphs else "").splitlines():
-        if m := re.match(r"([A-Za-z0-9-]+):\s*(.*)$", line):
-            out[m.group(1)] = m.group(2).strip()
-    return out
 
 
 @dataclass
@@ -140,7 +111,7 @@ class BranchFacts:
 def branch(repo: Path, name: str) -> BranchFacts | None:
     try:
         head = git(repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{name}^{{commit}}")
-    except GitFailed:
+    except GitError:
         return None
     return BranchFacts(name, head, parse_trailers(git(repo, "log", "-1", "--format=%B", head)))
 
@@ -159,7 +130,7 @@ def tag(repo: Path, name: str) -> TagFacts | None:
     ref = f"refs/tags/{name}"
     try:
         obj = git(repo, "rev-parse", "--verify", "--quiet", ref)
-    except GitFailed:
+    except GitError:
         return None
     kind = git(repo, "cat-file", "-t", obj)
     commit = git(repo, "rev-parse", f"{ref}^{{commit}}")
@@ -172,7 +143,7 @@ def tag(repo: Path, name: str) -> TagFacts | None:
 def check_tag_name(repo: Path, name: str) -> None:
     try:
         git(repo, "check-ref-format", f"refs/tags/{name}")
-    except GitFailed:
+    except GitError:
         raise BadInput(f"[release] tag_template gives {name!r}, not a valid git tag name") from None
 
 
@@ -181,11 +152,11 @@ def create_tag(repo: Path, name: str, commit: str, message: str) -> TagFacts | N
     try:
         git(repo, "config", "user.email")
         env = None
-    except GitFailed:
+    except GitError:
         env = dict(_IDENT)
     try:
         git(repo, "-c", "tag.gpgSign=false", "tag", "-a", "-F", "-", "--", name, commit, input=message.encode(), env=env)
-    except GitFailed as exc:
+    except GitError as exc:
         if "already exists" in str(exc):
             return None
         raise Failure(f"git tag {name}: {exc}") from None
@@ -196,7 +167,7 @@ def delete_created_tag(repo: Path, facts: TagFacts) -> None:
     """Roll back a tag this run created (compare-and-delete: only if it is still ours)."""
     try:
         git(repo, "update-ref", "-d", f"refs/tags/{facts.name}", facts.object)
-    except GitFailed:
+    except GitError:
         pass
 
 
