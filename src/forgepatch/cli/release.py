@@ -148,9 +148,11 @@ def _status(
     elif markdown:
         sys.stdout.write(tab.to_markdown())
     else:
+        from rich.markup import escape
         from rich.table import Table
 
-        t = Table(title=f"validated combinations ({book.path})", title_justify="left")
+        t = Table(title="validated combinations", title_justify="left", caption=escape(str(book.path)),
+                  caption_justify="left")
         t.add_column("pin")
         for arch in tab.arches:
             t.add_column(arch)
@@ -158,8 +160,8 @@ def _status(
             row = []
             for arch in tab.arches:
                 cell = tab.cells.get((pin, arch))
-                row.append("[dim]-[/]" if cell is None else f"[green]{', '.join(cell.profiles)}[/]\n[dim]{cell.tag}[/]")
-            t.add_row(pin, *row)
+                row.append("[dim]-[/]" if cell is None else f"[green]{escape(', '.join(cell.profiles))}[/]\n[dim]{escape(cell.tag)}[/]")
+            t.add_row(escape(pin), *row)
         console().print(t)
 
 
