@@ -77,6 +77,9 @@ def test_release_tags_the_validated_combination(world):
     w = world
     image = w.build()
     results = w.smoke()  # ok + gate pass; the optional profile 'extra' fails
+    jobs = {j["profile"]: j for j in json.loads(results.read_text())["jobs"]}
+    assert {p: (j["status"], j["image_id"], j["patchset"]) for p, j in jobs.items()} == {
+        "ok": ("pass", image, w.patchset), "gate": ("pass", image, w.patchset), "extra": ("fail", image, w.patchset)}
     r = w.release(results, "--json")
     assert r.returncode == 0, r.stderr
     comb = json.loads(r.stdout)["combinations"][0]
@@ -219,3 +222,34 @@ def test_two_concurrent_releases_make_one_tag(world):
     assert statuses == ["released", "unchanged"]
     assert w.tags() == [TAG]
     assert len(json.loads(w.ledger.read_text())["releases"]) == 1
+
+
+def test_an_interrupted_release_is_rolled_back_or_completed(world, monkeypatch):
+    w = world
+    image = w.build()
+    results = w.smoke()
+
+    # the ledger write fails after the tag was made: the tag and the image tag are rolled back
+    from forgepatch.cli import main
+    from forgepatch.ledger import Ledger
+
+    def disk_full(self, entry):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Ledger, "append", disk_full)
+    with pytest.raises(OSError):
+        main(["--config", str(w.config), "--patches", str(w.patches), "release", "--repo", str(w.repo),
+              "--results", str(results), "--arch", "sm120", "--pin", "p23"])
+    monkeypatch.undo()
+    assert w.tags() == [] and w.image_id(w.validated) is None and not w.ledger.exists()
+
+    # a run that died between the tag and the ledger: the next run records the tag it finds
+    assert w.release(results).returncode == 0
+    tag_object = git(w.repo, "rev-parse", f"refs/tags/{TAG}")
+    w.ledger.unlink()
+    r = w.release(results, "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["combinations"][0]["status"] == "recorded"
+    (entry,) = json.loads(w.ledger.read_text())["releases"]
+    assert entry["tag_object"] == tag_object and entry["image"]["id"] == image
+    assert w.verify().returncode == 0
