@@ -224,7 +224,7 @@ def content_ref(repo: str, pin: str, arch: str, image: ImageFacts) -> str | None
 
 def current_image(api, repo: str, arch: str, pin: str, override: str | None = None) -> ImageFacts | None:
     """The image a release of (arch, pin) would publish: ``override`` if given, else the
-    newest image labelled with that arch and pin."""
+    newest image labelled with that arch and pin that has a tag in ``repo``."""
     if override:
         image = inspect_image(api, override)
         if image is None:
@@ -234,6 +234,7 @@ def current_image(api, repo: str, arch: str, pin: str, override: str | None = No
         image.ref = override if override in image.repo_tags else content_ref(repo, pin, arch, image)
         return image
     listed = api.images(filters={"label": [f"{LABEL_ARCH}={arch}", f"{LABEL_PIN}={pin}"]})
+    listed = [row for row in listed if any(t.startswith(f"{repo}:") for t in row.get("RepoTags") or [])]
     found = [i for i in (inspect_image(api, row["Id"]) for row in listed) if i is not None]
     if not found:
         return None
