@@ -15,39 +15,30 @@ import uuid
 
 import pytest
 
-from support.release_world import (BRANCH, FAIL, TAG, World, cli_env, git, make_fork, pack_repo, remove_test_images,
-                                   upstream_repo)
+from support.release_world import BRANCH, FAIL, TAG, World, cli_env, fork_template, git, remove_images
 
 pytestmark = pytest.mark.docker
 RUN_ID = uuid.uuid4().hex[:8]
+BUILT: set[str] = set()  # image IDs the tests made or reused: removed at the end
 
 
 @pytest.fixture(scope="module")
 def template_repo(tmp_path_factory):
-    """The upstream repo with the fork branch made once (tests work on copies)."""
-    from forgepatch.paths import SHIPPED_PATCHES
-
-    root = tmp_path_factory.mktemp("release-template")
-    repo = upstream_repo(root / "fork")
-    config = root / "matrix.toml"
-    config.write_text('default_pin = "p23"\n[pins.p23]\npypi = "0.5.23"\n'
-                      '[arches.sm120]\npatches = ["sm120-flashinfer-allreduce-fusion"]\n')
-    make_fork(repo, config, SHIPPED_PATCHES)
-    return pack_repo(repo)
+    return fork_template(tmp_path_factory.mktemp("release-template"))
 
 
 @pytest.fixture
 def world(tmp_path, template_repo, docker_client, base_image):
     w = World(tmp_path, template_repo, docker_client, base_image, RUN_ID)
     yield w
+    BUILT.update(w.built)
     w.cleanup()
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _no_images_left(docker_client):
     yield
-    remove_test_images(docker_client, RUN_ID)
-    assert docker_client.images.list(filters={"label": f"forgepatch.test={RUN_ID}"}) == []
+    assert remove_images(docker_client, BUILT) == []
 
 
 def one_line(r, rc):
@@ -105,7 +96,7 @@ def test_release_tags_the_validated_combination(world):
     (entry,) = doc["releases"]
     assert entry["tag"] == TAG and entry["tag_object"] == git(w.repo, "rev-parse", f"refs/tags/{TAG}")
     assert (entry["pin"], entry["arch"], entry["commit"], entry["branch"]) == ("p23", "sm120", head, BRANCH)
-    assert entry["image"]["id"] == image and entry["image"]["ref"] == w.content_ref()
+    assert entry["image"]["id"] == image and entry["image"]["ref"] == w.content_tag
     assert entry["image"]["validated"] == w.validated and entry["patchset"] == w.patchset
     assert sorted(entry["profiles"]) == ["gate", "ok"] and all(p["status"] == "pass" for p in entry["profiles"].values())
     assert entry["results"][0]["sha256"] == results_sha
@@ -138,7 +129,7 @@ def test_release_is_idempotent_and_tags_never_move(world):
     assert git(w.repo, "rev-parse", f"refs/tags/{TAG}") == tag_object and w.ledger_bytes() == ledger
 
     # a different combination under the same tag name: refused, nothing moves
-    rebuilt = w.build(nonce="rebuilt")
+    rebuilt = w.rebuild()
     r = w.release(w.smoke(), "--json")
     line = one_line(r, 1)
     assert "already names a different combination" in line and "image" in line and "immutable" in line
@@ -175,7 +166,7 @@ def test_refuses_stale_results_and_changes_nothing(world):
     results = w.smoke()
     assert w.release(results, "--dry-run", "--json").returncode == 0
     assert_nothing_released(w)  # a dry run writes nothing
-    rebuilt = w.build(nonce="rebuilt")
+    rebuilt = w.rebuild()
     r = w.release(results, "--json")
     line = one_line(r, 1)
     assert "stale results for ok" in line and "rebuilt since" in line and rebuilt[:19] in line
@@ -189,7 +180,7 @@ def test_refusal_leaves_an_existing_ledger_byte_for_byte(world):
     results = w.smoke()
     assert w.release(results).returncode == 0
     ledger, tags = w.ledger_bytes(), w.tags()
-    w.build(nonce="rebuilt")
+    w.rebuild()
     r = w.release(results)
     assert "stale results" in one_line(r, 1)
     assert_nothing_released(w, ledger, tags)

@@ -9,30 +9,22 @@ import uuid
 
 import pytest
 
-from support.release_world import (BRANCH, TAG, World, git, make_fork, pack_repo, remove_test_images,
-                                   upstream_repo)
+from support.release_world import BRANCH, TAG, World, fork_template, git, remove_images
 
 pytestmark = pytest.mark.docker
 RUN_ID = uuid.uuid4().hex[:8]
+BUILT: set[str] = set()  # image IDs the tests made or reused: removed at the end
 
 
 @pytest.fixture(scope="module")
 def template_repo(tmp_path_factory):
-    from forgepatch.paths import SHIPPED_PATCHES
-
-    root = tmp_path_factory.mktemp("verify-template")
-    repo = upstream_repo(root / "fork")
-    config = root / "matrix.toml"
-    config.write_text('default_pin = "p23"\n[pins.p23]\npypi = "0.5.23"\n'
-                      '[arches.sm120]\npatches = ["sm120-flashinfer-allreduce-fusion"]\n')
-    make_fork(repo, config, SHIPPED_PATCHES)
-    return pack_repo(repo)
+    return fork_template(tmp_path_factory.mktemp("release-template"))
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _no_images_left(docker_client):
     yield
-    remove_test_images(docker_client, RUN_ID)
+    assert remove_images(docker_client, BUILT) == []
 
 
 @pytest.fixture
@@ -43,6 +35,7 @@ def released(tmp_path, template_repo, docker_client, base_image):
     r = w.release(w.smoke())
     assert r.returncode == 0, r.stderr
     yield w
+    BUILT.update(w.built)
     w.cleanup()
 
 
@@ -102,10 +95,10 @@ def test_verify_catches_a_moved_branch(released):
 
 def test_verify_catches_a_rebuilt_image(released):
     w = released
-    rebuilt = w.build(nonce="rebuilt after release")
+    rebuilt = w.rebuild()
     line = mismatch(w)
     assert "image: image rebuilt since release" in line
-    assert f"{w.content_ref()} now names {rebuilt[:19]}" in line and w.image[:19] in line
+    assert f"{w.content_tag} now names {rebuilt[:19]}" in line and w.image[:19] in line
 
 
 def test_verify_catches_edited_results_and_a_recreated_tag(released):

@@ -26,6 +26,12 @@ PATCH = "sm120-flashinfer-allreduce-fusion"
 BRANCH = f"forgepatch/{ARCH}/{PIN}"
 TAG = f"forgepatch/{PIN}/{ARCH}"
 TEST_LABEL = "forgepatch.test"
+try:
+    import forgepatch.images.build  # noqa: F401
+
+    REAL_BUILDER = True
+except ImportError:  # the image builder is not merged into this branch yet
+    REAL_BUILDER = False
 CUBLAS = "CUBLAS_STATUS_EXECUTION_FAILED when calling cublasGemmStridedBatchedEx"
 
 OK = "python3 -c 'print(\"ok\")'"
@@ -127,8 +133,15 @@ def make_fork(repo: Path, config: Path, patches: Path) -> str:
     return git(repo, "rev-parse", f"refs/heads/{BRANCH}")
 
 
-def pack_repo(repo: Path) -> Path:
-    """Pack the repo's objects so copies of it are cheap."""
+def fork_template(root: Path) -> Path:
+    """The upstream repo with the fork branch made once, packed so copies are cheap."""
+    from forgepatch.paths import SHIPPED_PATCHES
+
+    repo = upstream_repo(root / "fork")
+    config = root / "matrix.toml"
+    config.write_text(f'default_pin = "{PIN}"\n[pins.{PIN}]\npypi = "{VERSION}"\n'
+                      f'[arches.{ARCH}]\npatches = ["{PATCH}"]\n')
+    make_fork(repo, config, SHIPPED_PATCHES)
     git(repo, "gc", "-q", "--prune=now")
     return repo
 
@@ -149,7 +162,9 @@ class World:
         self.config = root / "matrix.toml"
         self.write_matrix()
         self.ledger = root / "releases" / "ledger.json"
-        self._results = 0
+        self._results = self._nonce = 0
+        self.content_tag: str | None = None
+        self.built: set[str] = set()  # image IDs this world made or reused
 
     # -- config ------------------------------------------------------------------------
     def write_matrix(self, gate: str = OK, extra: str = FAIL) -> None:
@@ -162,15 +177,37 @@ class World:
         return patchset_of(self.patches)
 
     # -- images ------------------------------------------------------------------------
-    def build(self, patchset: str | None = None, nonce: str = "") -> str:
-        """An image for (ARCH, PIN) FROM the base image, labelled as the image builder labels
-        it and tagged <repo>:<pin>-<arch>-<hash12> and <repo>:<pin>-<arch>. A new ``nonce``
-        is a rebuild: a new image ID under the same tags. Returns the image ID."""
-        patchset = self.patchset if patchset is None else patchset
+    def build(self) -> str:
+        """The image for (ARCH, PIN), by the real `forgepatch build` when it is merged (a
+        cache hit when an earlier test built the same content), else a stand-in (see
+        ``_standin``). Returns the image ID; ``self.content_tag`` is its build tag."""
+        return self._build(force=False)
+
+    def rebuild(self) -> str:
+        """Rebuild: a new image ID under the same tags (`forgepatch build --force`)."""
+        return self._build(force=True)
+
+    def _build(self, force: bool) -> str:
+        if not REAL_BUILDER:
+            self._nonce += int(force)
+            return self._standin(str(self._nonce))
+        r = self.run("build", "--arch", ARCH, "--pin", PIN, "--context-dir", self.root / "context", "--json",
+                     *(["--force"] if force else []))
+        assert r.returncode == 0, r.stderr
+        doc = json.loads(r.stdout)
+        self.content_tag = doc["tags"][0]
+        self.built.add(doc["image_id"])
+        return doc["image_id"]
+
+    def _standin(self, nonce: str) -> str:
+        """STAND-IN until the image builder is merged: an image FROM the base image with the
+        builder's labels and tags (<repo>:<pin>-<arch>-<hash12>, <repo>:<pin>-<arch>); a new
+        ``nonce`` gives a new image ID under the same tags."""
+        patchset = self.patchset
         chash = hashlib.sha256(f"{ARCH}/{PIN}/{patchset}".encode()).hexdigest()
         labels = {"forgepatch.arch": ARCH, "forgepatch.pin": PIN, "forgepatch.patchset": patchset,
                   "forgepatch.context-hash": chash, "forgepatch.patches": PATCH, TEST_LABEL: self.run_id,
-                  "forgepatch.test-nonce": nonce or "0"}
+                  "forgepatch.test-nonce": nonce}
         dockerfile = f"FROM {self.base}\nLABEL " + " ".join(f'"{k}"="{v}"' for k, v in labels.items()) + "\n"
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w") as tar:
@@ -178,14 +215,11 @@ class World:
             info.size = len(dockerfile.encode())
             tar.addfile(info, io.BytesIO(dockerfile.encode()))
         buf.seek(0)
-        content = f"{self.image_repo}:{PIN}-{ARCH}-{chash[:12]}"
-        image, _ = self.client.images.build(fileobj=buf, custom_context=True, tag=content, rm=True, forcerm=True)
+        self.content_tag = f"{self.image_repo}:{PIN}-{ARCH}-{chash[:12]}"
+        image, _ = self.client.images.build(fileobj=buf, custom_context=True, tag=self.content_tag, rm=True, forcerm=True)
         image.tag(self.image_repo, f"{PIN}-{ARCH}")
+        self.built.add(image.id)
         return image.id
-
-    def content_ref(self, patchset: str | None = None) -> str:
-        chash = hashlib.sha256(f"{ARCH}/{PIN}/{patchset or self.patchset}".encode()).hexdigest()
-        return f"{self.image_repo}:{PIN}-{ARCH}-{chash[:12]}"
 
     @property
     def validated(self) -> str:
@@ -228,18 +262,33 @@ class World:
         return self.ledger.read_bytes() if self.ledger.exists() else None
 
     def cleanup(self) -> None:
-        remove_test_images(self.client, self.run_id, self.image_repo)
+        """Drop this world's tags; the images themselves go at the end of the module
+        (``remove_images``), so later tests get cache hits from the real builder."""
+        import docker.errors
+
+        for image in self.client.images.list():
+            for t in image.tags:
+                if t.startswith(f"{self.image_repo}:"):
+                    try:
+                        self.client.images.remove(t, noprune=True)
+                    except docker.errors.APIError:
+                        pass
 
 
-def remove_test_images(client, run_id: str, repo: str | None = None) -> None:
-    """Remove every image labelled with this run id (all their tags), and stray tags of ``repo``."""
+def remove_images(client, ids) -> list[str]:
+    """Remove images by ID (all their tags); returns the IDs still present afterwards."""
     import docker.errors
 
-    images = client.images.list(filters={"label": f"{TEST_LABEL}={run_id}"})
-    if repo:
-        images += [i for i in client.images.list() if any(t.startswith(f"{repo}:") for t in i.tags)]
-    for image in images:
+    for image_id in ids:
         try:
-            client.images.remove(image.id, force=True)
+            client.images.remove(image_id, force=True)
         except docker.errors.APIError:
             pass
+    left = []
+    for image_id in ids:
+        try:
+            client.images.get(image_id)
+            left.append(image_id)
+        except docker.errors.ImageNotFound:
+            pass
+    return left
