@@ -212,17 +212,22 @@ def key_line(text: str, loc: tuple[Any, ...]) -> int | None:
     return best
 
 
+def parse_toml(path: Path, text: str) -> dict[str, Any]:
+    """``tomllib.loads`` with errors as ``file:line: invalid TOML: ...`` (BadInput)."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        m = re.search(r"line (\d+)", str(exc))
+        raise BadInput(located(path, int(m.group(1)) if m else None, f"invalid TOML: {exc}")) from None
+
+
 def load_matrix(path: Path, patches_dir: Path | None = None) -> Matrix:
     """Parse and validate; with ``patches_dir``, also check that every named patch exists."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise BadInput(f"{path}: cannot read config: {exc.strerror}") from exc
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        m = re.search(r"line (\d+)", str(exc))
-        raise BadInput(located(path, int(m.group(1)) if m else None, f"invalid TOML: {exc}")) from exc
+    data = parse_toml(path, text)
     try:
         matrix = Matrix.model_validate(data)
     except ValidationError as exc:

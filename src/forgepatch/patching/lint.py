@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from forgepatch.arch import Arch
 from forgepatch.patching.codemods.arch_gate import SIBLINGS, gated_unit_text, marker_in
 from forgepatch.patching.codemods.base import FileContext
-from forgepatch.patching.engine import _def_lines, _scope, index_functions, parse
+from forgepatch.patching.engine import _def_lines, index_functions, parse
 from forgepatch.patching.patchset import Patch
 from forgepatch.patching.predicates import find_gates
 
@@ -71,8 +71,9 @@ def _lint_file(text, rel, markers, target, arch, read_text) -> list[LintFinding]
     for node, qual, line in scoped:
         if not any(marker_in(code[id(node)], m) for m in markers) and node.name.value not in routed:
             continue
-        _scope(ctx, node, line)
-        for gate in find_gates(node.body):
+        ctx.scope(node, line)
+        ctx.parents[node.body] = node
+        for gate in find_gates(node.body, ctx.parents):
             if gate.kind != "pure" or gate.accepts(target) or not gate.families & set(SIBLINGS):
                 continue  # lone predicates are arch-specific by design; mixed ones never widened
             in_unit = any(marker_in(gated_unit_text(gate.node, ctx), m) for m in markers)

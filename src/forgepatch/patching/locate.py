@@ -18,11 +18,28 @@ def def_pattern(sites: Iterable[Site]) -> re.Pattern[bytes]:
     return re.compile(rb"def (?:" + b"|".join(re.escape(n.encode()) for n in names) + rb")\(")
 
 
+def function_blocks(data: bytes, names: Iterable[str]) -> list[bytes]:
+    """The bytes of each ``def NAME(`` block, from the ``def`` to the next ``def``/``class``/
+    decorator at the same or a lower indentation. Conservative: a block may run past the
+    function's end (never short of it, but for a ``def`` at column 0 inside a string)."""
+    blocks = []
+    for name in names:
+        for m in re.finditer(rb"^([ \t]*)(?:async[ \t]+)?def[ \t]+" + re.escape(name.encode()) + rb"[ \t]*\(", data, re.M):
+            indent = len(m.group(1))
+            end = re.compile(rb"^[ \t]{0,%d}(?:async[ \t]+def|def|class|@)\b" % indent, re.M).search(data, m.end())
+            blocks.append(data[m.start() : end.start() if end else len(data)])
+    return blocks
+
+
 def is_candidate(data: bytes, site: Site) -> bool:
-    """Can this file hold the site? (defines one of its functions and names a marker)"""
-    return any(f"def {fn}(".encode() in data for fn in site.functions) and (
-        not site.markers or any(m.encode() in data for m in site.markers)
-    )
+    """Can this file hold the site? One of its functions is defined here and, if the site
+    has markers, one of them appears inside such a function."""
+    if not any(f"def {fn}(".encode() in data for fn in site.functions):
+        return False
+    if not site.markers:
+        return True
+    needles = [m.encode() for m in site.markers]
+    return any(n in block for block in function_blocks(data, site.functions) for n in needles)
 
 
 def hinted(rel: str, site: Site) -> bool:

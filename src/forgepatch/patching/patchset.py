@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -169,14 +168,10 @@ def build_patch(data: dict[str, Any], codemod: Any, path: Path | None = None) ->
 
 
 def _toml_patch(path: Path, text: str) -> Patch:
-    from forgepatch.config import key_line
+    from forgepatch.config import key_line, parse_toml
     from forgepatch.patching.codemods import declarative_codemod
 
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        m = re.search(r"line (\d+)", str(exc))
-        raise BadInput(located(path, int(m.group(1)) if m else None, f"invalid TOML: {exc}")) from None
+    data = parse_toml(path, text)
     try:
         codemod = declarative_codemod(data.get("codemod", "arch-gate"))
         return build_patch(data, codemod, path)

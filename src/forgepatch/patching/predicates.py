@@ -73,7 +73,19 @@ class GateFinder(cst.CSTVisitor):
 
     def __init__(self) -> None:
         self.gates: list[Gate] = []
+        self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
+        self._stack: list[cst.CSTNode] = []
         self._in_chain = 0
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self._stack:
+            self.parents[node] = self._stack[-1]
+        self._stack.append(node)
+        return super().on_visit(node)
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        super().on_leave(original_node)
+        self._stack.pop()
 
     def visit_BooleanOperation(self, node: cst.BooleanOperation) -> bool:
         if isinstance(node.operator, cst.Or) and not self._in_chain:
@@ -109,8 +121,11 @@ class GateFinder(cst.CSTVisitor):
         return self._lone(node)
 
 
-def find_gates(node: cst.CSTNode) -> list[Gate]:
+def find_gates(node: cst.CSTNode, parents: dict | None = None) -> list[Gate]:
+    """The gates under ``node``; fills ``parents`` (child -> parent) if given."""
     finder = GateFinder()
+    if parents is not None:
+        finder.parents = parents
     node.visit(finder)
     return finder.gates
 

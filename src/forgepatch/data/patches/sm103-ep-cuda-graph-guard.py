@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from forgepatch.patching.codemods.base import SiteCodemod, first_non_import_index
+from forgepatch.patching.codemods.base import SiteCodemod, insert_definition
 from forgepatch.patching.model import Status
 
 GUARD = "_forgepatch_sm103_ep_graph_guard"
@@ -131,17 +131,7 @@ class Codemod(SiteCodemod):
             return module
         if any(isinstance(s, cst.FunctionDef) and s.name.value == GUARD for s in module.body):
             return module
-        guard = cst.parse_statement(_guard_source(ctx.arch.cc)).with_changes(
-            leading_lines=[cst.EmptyLine(), cst.EmptyLine()]
-        )
-        body = list(module.body)
-        i = first_non_import_index(module)
-        if i < len(body):
-            nxt = body[i]
-            blank = sum(1 for ln in nxt.leading_lines if ln.comment is None)
-            if blank < 2:
-                body[i] = nxt.with_changes(leading_lines=[cst.EmptyLine()] * (2 - blank) + list(nxt.leading_lines))
-        return module.with_changes(body=body[:i] + [guard] + body[i:])
+        return insert_definition(module, _guard_source(ctx.arch.cc))
 
 
 def _is_docstring(stmt) -> bool:

@@ -16,7 +16,7 @@ import re
 import libcst as cst
 
 from forgepatch.arch import ARCHES
-from forgepatch.patching.codemods.base import FileContext, SiteCodemod, first_non_import_index
+from forgepatch.patching.codemods.base import FileContext, SiteCodemod, first_non_import_index, insert_definition
 from forgepatch.patching.model import Status
 from forgepatch.patching.predicates import Gate, Predicate, find_gates, predicate, rename_family
 from forgepatch.patching.resolve import absolute_module, find_definition
@@ -81,7 +81,7 @@ def module_binds(module: cst.Module, name: str) -> bool:
     return False
 
 
-def local_helper(name: str, family: str) -> cst.FunctionDef:
+def local_helper(name: str, family: str) -> str:
     """A stand-in ``is_smXX_supported`` built from the arch registry (release lacks it)."""
     arch = ARCHES[family]
     code = (
@@ -94,7 +94,7 @@ def local_helper(name: str, family: str) -> cst.FunctionDef:
         '    cuda = tuple(int(x) for x in (torch.version.cuda or "0.0").split(".")[:2])\n'
         f"    return major == {arch.cc[0]} and cuda >= {tuple(arch.min_cuda)}\n"
     )
-    return cst.parse_statement(code)  # type: ignore[return-value]
+    return code
 
 
 class ArchGateCodemod(SiteCodemod):
@@ -104,7 +104,8 @@ class ArchGateCodemod(SiteCodemod):
     def edit_function(self, func, site, symbol, ctx):
         target = ctx.arch.gate_family
         edited, hits = func, 0
-        for gate in find_gates(func.body):
+        ctx.parents[func.body] = func
+        for gate in find_gates(func.body, ctx.parents):
             if not self._eligible(gate, site, target):
                 continue
             if site.markers and not any(marker_in(gated_unit_text(gate.node, ctx), m) for m in site.markers):
@@ -112,6 +113,11 @@ class ArchGateCodemod(SiteCodemod):
             hits += 1
             if gate.accepts(target):
                 ctx.report(site.name, ctx.accepted(), gate.node, symbol, f"gate already accepts {target}")
+                continue
+            if not ctx.emit:  # a status scan: say what would be added, build nothing
+                sib = self._sibling(gate)
+                new = ctx.code(rename_family(sib.node, sib.family, target))
+                ctx.report(site.name, Status.APPLIED, gate.node, symbol, f"added {new}")
                 continue
             operand = self._operand(self._sibling(gate), target, ctx)
             edited = edited.deep_replace(gate.node, self._widen(gate, operand))
@@ -231,17 +237,7 @@ class ArchGateCodemod(SiteCodemod):
             new = cst.parse_statement(f"from sglang.srt.utils import {name}")
             i = first_non_import_index(module)
             return module.with_changes(body=list(module.body[:i]) + [new] + list(module.body[i:]))
-        helper = local_helper(name, ctx.arch.gate_family)
-        i = first_non_import_index(module)
-        body = list(module.body)
-        two = [cst.EmptyLine(), cst.EmptyLine()]
-        helper = helper.with_changes(leading_lines=two)
-        if i < len(body):
-            nxt = body[i]
-            blank = sum(1 for ln in nxt.leading_lines if ln.comment is None)
-            if blank < 2:
-                body[i] = nxt.with_changes(leading_lines=[cst.EmptyLine()] * (2 - blank) + list(nxt.leading_lines))
-        return module.with_changes(body=body[:i] + [helper] + body[i:])
+        return insert_definition(module, local_helper(name, ctx.arch.gate_family))
 
     @staticmethod
     def _add_alias(module, stmt, imp, sibling, name):

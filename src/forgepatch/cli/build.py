@@ -1,0 +1,122 @@
+"""``forgepatch build`` and ``forgepatch bake``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from forgepatch.cli._state import STATE, console, print_json
+
+
+def register(app: typer.Typer) -> None:
+    app.command("build")(build)
+    app.command("bake")(bake)
+
+
+def build(
+    arch: str = typer.Option(..., "--arch", help="Target arch (sm103, sm120, ...)."),
+    source: Optional[str] = typer.Option(None, "--source", help="pypi:VERSION | git:PATH_OR_URL@REV | DIR (default: the pin)."),
+    pin: Optional[str] = typer.Option(None, "--pin", help="Pin name for tags/labels (default: matrix default_pin)."),
+    base_image: Optional[str] = typer.Option(None, "--base-image", help="Base image (default: arches.<arch>.base_image)."),
+    context_dir: Optional[Path] = typer.Option(None, "--context-dir", help="Where to assemble the build context."),
+    force: bool = typer.Option(False, "--force", help="Rebuild even if an image with this content hash exists (no layer cache)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON document on stdout."),
+) -> None:
+    """Build the per-arch image: patched SGLang overlay + probe on the base image."""
+    from forgepatch.images.build import BuildFailed, base_image_id, build_image, connect
+    from forgepatch.images.prepare import default_context_dir, prepare, resolve_target
+
+    matrix = STATE.matrix()
+    target = resolve_target(matrix, arch, pin=pin, source=source, base_image=base_image)
+    api = connect()  # fail fast, before patching: engine down / base image missing -> exit 2
+    base_image_id(api, target.base_image)
+    err = console(stderr=True)
+    with err.status(f"patching {target.source} for {target.arch.name} and assembling the context"):
+        prepared = prepare(target, matrix, STATE.patches(), context_dir)
+    ctx_dir = context_dir or default_context_dir(target.pin, target.arch.name)
+    log = ctx_dir.with_name(ctx_dir.name + ".log")
+    with _Progress(err) as progress:
+        try:
+            result = build_image(prepared.spec, api=api, force=force, on_event=progress.event, log_path=log)
+        except BuildFailed as exc:
+            progress.stop()
+            for line in exc.tail:
+                err.print(f"  | {line}", markup=False, highlight=False, soft_wrap=True)
+            raise
+    result.apply = prepared.apply
+    if as_json:
+        print_json(result.to_json())
+        return
+    out = console()
+    state = "cache hit, nothing built" if result.cache_hit else f"built in {result.seconds:.1f}s"
+    layers = sum(1 for s in result.steps if s.instruction.split()[0] in ("RUN", "COPY"))
+    lines = [f"[bold]{result.tags[0]}[/bold]  ({state})", f"  image   {result.image_id}",
+             f"  also    {', '.join(result.tags[1:])}"]
+    if not result.cache_hit:
+        lines += [f"  layers rebuilt: {len(result.rebuilt_steps)} of {layers}", f"  log     {result.log}"]
+    for line in lines:
+        out.print(line, soft_wrap=True)
+
+
+def bake(
+    out: Path = typer.Option(Path("docker-bake.json"), "--out", help="Bake file to write."),
+    arch: Optional[List[str]] = typer.Option(None, "--arch", help="Only these arches (repeatable; default: all configured)."),
+    pin: Optional[List[str]] = typer.Option(None, "--pin", help="Only these pins (repeatable; default: each arch's pins)."),
+    contexts: Optional[Path] = typer.Option(None, "--contexts", help="Where build contexts go (default: <out dir>/bake-contexts)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the bake document on stdout too."),
+) -> None:
+    """Write docker-bake.json: one BuildKit target per arch x pin (args, tags, labels, context)."""
+    from forgepatch.images.bake import bake_matrix
+
+    matrix = STATE.matrix()
+    err = console(stderr=True)
+    with err.status("assembling build contexts") as status:
+        doc = bake_matrix(
+            matrix, STATE.patches(), out, arches=arch or None, pins=pin or None, contexts_dir=contexts,
+            on_target=lambda t: status.update(f"patching {t.source} for {t.arch.name}"),
+        )
+    if as_json:
+        print_json(doc)
+        return
+    console().print(f"wrote {out} with {len(doc['target'])} targets: {', '.join(doc['target'])}")
+
+
+class _Progress:
+    """A rich progress display over the build's streamed log (stderr; transient)."""
+
+    def __init__(self, con):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self.progress = Progress(
+            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), console=con, transient=True,
+        )
+        self.task = self.progress.add_task("sending build context", total=None)
+        self.step = "sending build context"
+
+    def __enter__(self):
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def stop(self) -> None:
+        self.progress.stop()
+
+    def event(self, kind: str, data: dict) -> None:
+        if kind == "step":
+            from rich.markup import escape
+
+            text = " ".join(data["instruction"].split())
+            text = escape(text if len(text) <= 60 else text[:57] + "...")
+            self.step = f"step {data['number']}: {text}"
+            self.progress.update(self.task, total=data["total"], completed=data["number"] - 1, description=self.step)
+        elif kind == "log":
+            from rich.markup import escape
+
+            self.progress.update(self.task, description=f"{self.step}  [dim]{escape(data['line'][:50])}[/dim]")
+        elif kind == "cache-hit":
+            self.progress.update(self.task, description="cache hit", total=1, completed=1)

@@ -1,0 +1,169 @@
+"""Runs INSIDE the image build (stdlib only, Python >= 3.8): installs forgepatch's pieces.
+
+    install.py probe [--min-cuda X.Y]   make /opt/forgepatch/probe/python importable (.pth),
+                                        check the base's torch CUDA version if torch is there
+    install.py upstream                 unpack the pin's unpatched sglang/ over the installed
+                                        one, delete the files the patches delete, and link
+                                        /opt/forgepatch/sglang -> that directory (the overlay
+                                        layer is a COPY through the link)
+
+"Installed one" = wherever ``python3`` finds ``sglang`` in the base image (site-packages or an
+editable checkout such as /sgl-workspace/sglang/python/sglang); site-packages when absent.
+Every failure exits non-zero with a one-line ``forgepatch-install: error: ...`` message.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import site
+import subprocess
+import sys
+import sysconfig
+import tarfile
+
+ROOT = "/opt/forgepatch"
+PROBE_PATH = ROOT + "/probe/python"
+TARGET_RECORD = ROOT + "/sglang-target"
+LINK = ROOT + "/sglang"  # -> the installed sglang package dir; the overlay COPY goes through it
+
+
+def fail(message: str) -> None:
+    print("forgepatch-install: error: " + message, file=sys.stderr)
+    sys.exit(1)
+
+
+def site_packages() -> str:
+    """The purelib directory Python searches (Debian: /usr/local/lib/python3.X/dist-packages)."""
+    candidates = [sysconfig.get_paths()["purelib"]] + list(site.getsitepackages())
+    for path in candidates:
+        if path in sys.path:
+            os.makedirs(path, exist_ok=True)
+            return path
+    fail("no site-packages directory of %s is on sys.path (%s)" % (sys.executable, candidates))
+    raise AssertionError
+
+
+def fresh_python(code: str) -> str:
+    """Run ``code`` in a new interpreter from / (what a container's Python sees)."""
+    proc = subprocess.run([sys.executable, "-c", code], cwd="/", capture_output=True, text=True)
+    if proc.returncode != 0:
+        lines = (proc.stderr or proc.stdout).strip().splitlines() or ["(no output)"]
+        fail("%s -c %r failed: %s" % (sys.executable, code, lines[-1]))
+    return proc.stdout.strip()
+
+
+def detect_target() -> str:
+    """Directory of the ``sglang`` package Python imports, found without importing it."""
+    spec = importlib.util.find_spec("sglang")
+    if spec is None:
+        return os.path.join(site_packages(), "sglang")
+    if spec.origin and os.path.basename(spec.origin) == "__init__.py":
+        return os.path.dirname(os.path.realpath(spec.origin))
+    if spec.submodule_search_locations:  # namespace package (no __init__.py)
+        return os.path.realpath(list(spec.submodule_search_locations)[0])
+    fail("sglang resolves to %s, which is not a package directory" % spec.origin)
+    raise AssertionError
+
+
+def drop_bytecode(directory: str, name: str) -> None:
+    stem, ext = os.path.splitext(name)
+    cache = os.path.join(directory, "__pycache__")
+    if ext == ".py" and os.path.isdir(cache):
+        for pyc in os.listdir(cache):
+            if pyc.startswith(stem + ".") and pyc.endswith(".pyc"):
+                os.remove(os.path.join(cache, pyc))
+
+
+def cmd_probe(min_cuda: str) -> None:
+    pth = os.path.join(site_packages(), "forgepatch-probe.pth")
+    with open(pth, "w") as fh:
+        fh.write(PROBE_PATH + "\n")
+    where = fresh_python("import forgepatch, os; print(os.path.realpath(forgepatch.__file__))")
+    if not where.startswith(PROBE_PATH + "/"):
+        fail("another forgepatch package (%s) shadows the probe in %s" % (where, PROBE_PATH))
+    print("forgepatch probe importable from %s (via %s)" % (PROBE_PATH, pth))
+    check_cuda(min_cuda)
+
+
+def check_cuda(min_cuda: str) -> None:
+    """Refuse a base whose torch was built for an older CUDA than the arch needs."""
+    spec = importlib.util.find_spec("torch")
+    if not min_cuda or spec is None or not spec.origin:
+        print("torch not installed in the base image: CUDA version not checked")
+        return
+    version_py = os.path.join(os.path.dirname(spec.origin), "version.py")
+    try:
+        text = open(version_py).read()
+    except OSError:
+        return
+    found = re.search(r"^cuda\b[^=\n]*=\s*['\"]([0-9.]+)['\"]", text, re.M)
+    if not found:
+        print("torch in the base image has no CUDA build: CUDA version not checked")
+        return
+    have = tuple(int(x) for x in found.group(1).split(".")[:2])
+    need = tuple(int(x) for x in min_cuda.split(".")[:2])
+    if have < need:
+        fail("base image torch is built for CUDA %s; this arch needs CUDA >= %s" % (found.group(1), min_cuda))
+    print("base image torch CUDA %s >= %s" % (found.group(1), min_cuda))
+
+
+def extract_package(archive: str, dst: str) -> int:
+    """Write the ``sglang/...`` members of ``archive`` under ``dst`` (regular files only)."""
+    count = 0
+    with tarfile.open(archive) as tar:
+        for member in tar:
+            rel = os.path.normpath(member.name)
+            if not member.isfile() or not rel.startswith("sglang" + os.sep):
+                continue
+            rel = rel[len("sglang") + 1 :]
+            if rel.startswith(".." + os.sep) or os.path.isabs(rel):
+                fail("unsafe member %s in %s" % (member.name, archive))
+            out = os.path.join(dst, rel)
+            os.makedirs(os.path.dirname(out), exist_ok=True)
+            with tar.extractfile(member) as src, open(out, "wb") as fh:
+                shutil.copyfileobj(src, fh)
+            os.chmod(out, 0o644)
+            os.utime(out, (member.mtime, member.mtime))
+            drop_bytecode(os.path.dirname(out), os.path.basename(out))
+            count += 1
+    return count
+
+
+def cmd_upstream() -> None:
+    target = detect_target()
+    with open(TARGET_RECORD, "w") as fh:
+        fh.write(target + "\n")
+    count = extract_package(ROOT + "/upstream/sglang.tar.gz", target)
+    removed = 0
+    for rel in open(ROOT + "/upstream/removed.txt").read().split("\n"):
+        path = os.path.join(target, rel)
+        if rel and os.path.isfile(path):
+            os.remove(path)
+            drop_bytecode(os.path.dirname(path), os.path.basename(path))
+            removed += 1
+    # The overlay layer is a plain COPY into this symlink (no RUN, so it stays small and fast).
+    if os.path.islink(LINK) or os.path.isfile(LINK):
+        os.remove(LINK)
+    os.symlink(target, LINK)
+    code = "import importlib.util as u, os; s = u.find_spec('sglang'); print(os.path.realpath(s.origin))"
+    origin = fresh_python(code)
+    if os.path.dirname(origin) != os.path.realpath(target):
+        fail("python imports sglang from %s, not %s" % (origin, target))
+    print("sglang at %s (linked from %s): %d upstream files, %d removed" % (target, LINK, count, removed))
+
+
+def main(argv: list[str]) -> None:
+    if not argv or argv[0] not in ("probe", "upstream"):
+        fail("usage: install.py probe [--min-cuda X.Y] | upstream")
+    if argv[0] == "probe":
+        min_cuda = argv[2] if len(argv) > 2 and argv[1] == "--min-cuda" else ""
+        cmd_probe(min_cuda)
+    else:
+        cmd_upstream()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,149 @@
+"""``docker-bake.json``: one BuildKit target per arch x pin, so teams fan builds out.
+
+Each target points at a build context that forgepatch assembled on disk (same layout, args,
+labels and content-hash tags as ``forgepatch build``), so ``docker buildx bake -f
+docker-bake.json`` on any builder produces the images ``forgepatch build`` would. Groups:
+``default`` (every target) and one per arch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+from forgepatch.arch import ARCHES
+from forgepatch.errors import BadInput
+from forgepatch.images.spec import HASH_LABEL, LABEL_ARGS, ImageSpec, tag_safe
+
+NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+TARGET_KEYS = {"context", "dockerfile", "args", "tags", "labels", "network"}
+
+
+def target_name(spec: ImageSpec) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "_", f"{spec.pin}-{spec.arch.name}")
+
+
+def bake_document(specs: list[ImageSpec], out_dir: Path) -> dict[str, Any]:
+    """The bake file for ``specs``; contexts are written relative to ``out_dir``."""
+    targets: dict[str, Any] = {}
+    groups: dict[str, list[str]] = {"default": []}
+    for spec in specs:
+        name = target_name(spec)
+        if name in targets:
+            raise BadInput(f"bake: two targets named {name!r}")
+        labels = spec.labels()  # no created/base ID: the builder knows those at build time
+        targets[name] = {
+            "context": Path(os.path.relpath(spec.context.root, out_dir)).as_posix(),
+            "dockerfile": "Dockerfile",
+            "args": spec.engine_args(labels),
+            "tags": [spec.tag, spec.moving_tag],
+            "labels": labels,
+            "network": "none",
+        }
+        groups["default"].append(name)
+        groups.setdefault(spec.arch.name, []).append(name)
+    return {"group": {g: {"targets": t} for g, t in groups.items()}, "target": targets}
+
+
+def validate(doc: Any, base_dir: Path) -> list[str]:
+    """Structural problems of a bake document (empty list: valid). Checks what BuildKit needs
+    (names, contexts holding a Dockerfile, string maps) and forgepatch's own contract."""
+    problems: list[str] = []
+    if not isinstance(doc, dict) or set(doc) - {"group", "target", "variable"}:
+        return ["top level must be an object with 'group' and 'target'"]
+    targets = doc.get("target")
+    if not isinstance(targets, dict) or not targets:
+        return ["'target' must be a non-empty object"]
+    for name, t in targets.items():
+        where = f"target {name!r}"
+        if not NAME.match(name):
+            problems.append(f"{where}: name must match {NAME.pattern}")
+        if not isinstance(t, dict):
+            problems.append(f"{where}: must be an object")
+            continue
+        if set(t) - TARGET_KEYS:
+            problems.append(f"{where}: unknown keys {sorted(set(t) - TARGET_KEYS)}")
+        ctx = base_dir / str(t.get("context", ""))
+        if not (ctx / str(t.get("dockerfile", "Dockerfile"))).is_file():
+            problems.append(f"{where}: no Dockerfile in context {t.get('context')!r}")
+        for key in ("args", "labels"):
+            m = t.get(key)
+            if not isinstance(m, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in m.items()):
+                problems.append(f"{where}: {key} must map strings to strings")
+        args, labels = t.get("args") or {}, t.get("labels") or {}
+        arch = labels.get("forgepatch.arch")
+        if arch not in ARCHES:
+            problems.append(f"{where}: label forgepatch.arch {arch!r} is not a known arch")
+        else:
+            for k, v in ARCHES[arch].build_args().items():
+                if args.get(k) != v:
+                    problems.append(f"{where}: build arg {k}={args.get(k)!r}, arch registry says {v!r}")
+        if not args.get("BASE_IMAGE"):
+            problems.append(f"{where}: build arg BASE_IMAGE missing")
+        for label, arg in LABEL_ARGS.items():
+            if label in labels and args.get(arg) != labels[label]:
+                problems.append(f"{where}: build arg {arg} disagrees with label {label}")
+        tags = t.get("tags")
+        digest = labels.get(HASH_LABEL, "")
+        if not isinstance(tags, list) or not tags or not all(isinstance(x, str) for x in tags):
+            problems.append(f"{where}: tags must be a non-empty list of strings")
+        elif not re.fullmatch(rf"[^:]+:{re.escape(tag_safe(labels.get('forgepatch.pin', '')))}-{arch}-{digest[:12]}", tags[0]):
+            problems.append(f"{where}: first tag {tags[0]!r} is not <repo>:<pin>-<arch>-<hash12>")
+    groups = doc.get("group", {})
+    if not isinstance(groups, dict) or "default" not in groups:
+        problems.append("group 'default' missing")
+    else:
+        for g, body in groups.items():
+            members = body.get("targets") if isinstance(body, dict) else None
+            if not isinstance(members, list) or any(m not in targets for m in members):
+                problems.append(f"group {g!r}: targets must name defined targets")
+        if set(groups["default"].get("targets", [])) != set(targets):
+            problems.append("group 'default' must list every target")
+    return problems
+
+
+def write_bake(doc: dict[str, Any], out: Path) -> None:
+    """Validate, then write atomically (temp file + rename)."""
+    out = Path(out).absolute()
+    problems = validate(doc, out.parent)
+    if problems:
+        raise BadInput(f"bake: invalid document: {problems[0]}")
+    tmp = out.with_name(f".{out.name}.tmp-{uuid.uuid4().hex[:8]}")
+    try:
+        tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, out)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise BadInput(f"cannot write {out}: {exc.strerror or exc}") from exc
+
+
+def bake_matrix(
+    matrix, patches_dir: Path, out: Path, *, arches: list[str] | None = None, pins: list[str] | None = None,
+    contexts_dir: Path | None = None, on_target=None,
+) -> dict[str, Any]:
+    """Patch and assemble a context for every configured arch x pin, then write the bake file."""
+    from forgepatch.images.prepare import prepare, resolve_target
+
+    out = Path(out).absolute()
+    contexts = Path(contexts_dir).absolute() if contexts_dir else out.parent / "bake-contexts"
+    names = arches or list(matrix.arches)
+    specs = []
+    for arch_name in names:
+        cfg = matrix.arch(arch_name)
+        for pin in pins or cfg.pins or list(matrix.pins):
+            if cfg.pins is not None and pin not in cfg.pins:
+                continue
+            target = resolve_target(matrix, arch_name, pin=pin)
+            if on_target:
+                on_target(target)
+            prepared = prepare(target, matrix, patches_dir, contexts / f"{tag_safe(target.pin)}-{target.arch.name}")
+            specs.append(prepared.spec)
+    if not specs:
+        raise BadInput("bake: no arch x pin selected")
+    doc = bake_document(specs, out.parent)
+    write_bake(doc, out)
+    return doc

@@ -1,0 +1,498 @@
+"""The deterministic Docker build context: what goes in, in which order, and its digest.
+
+Layout (the shipped Dockerfile reads exactly this)::
+
+    Dockerfile
+    wheels/<name>.whl         extra wheels of the arch (installed offline)
+    probe/install.py          the in-image installer (data/dockerfiles/install.py)
+    probe/python/forgepatch/  the probe: forgepatch's stdlib-only modules
+    upstream/sglang.tar.gz    the pin's unpatched package as ONE deterministic gzipped tar
+                              (thousands of small files, or 70 MB of them, cost the engine
+                              time on every build); cached per upstream tree, so only the first
+                              build of a pin packs it
+    upstream/removed.txt      package files the patches deleted, one per line
+    overlay/sglang/           files that differ from upstream (the whole patched package goes
+                              to upstream/sglang.tar.gz when no upstream tree is given)
+
+Entries are sorted, modes normalised (0644 / 0755), mtimes and owners fixed, so the same inputs
+give the same tar stream and the same digest on every machine. ``.git``, ``__pycache__`` and
+bytecode are never copied. A file holding the value of a secret-looking environment variable
+(``HF_TOKEN`` ...) is refused: secrets are runtime-only (the patched tree is scanned on every
+assembly, the upstream tree when its tar is made).
+
+The context directory is kept between builds and synced: only files whose content changed are
+rewritten (each through a temp file + rename), stale ones removed, and the manifest file
+``.forgepatch-context.json`` is written last. A non-empty directory without that manifest is
+never touched.
+"""
+
+from __future__ import annotations
+
+import ast
+import gzip
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import stat
+import tarfile
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO, Iterable, Iterator
+
+from forgepatch.errors import BadInput
+
+FIXED_MTIME = 946684800  # 2000-01-01T00:00:00Z: fixed, and valid for zip-based tools
+MANIFEST = ".forgepatch-context.json"
+UPSTREAM_TAR = "upstream/sglang.tar.gz"
+GZIP_LEVEL = 6
+REQUIRED_DIRS = ("wheels", "overlay/sglang")
+
+# The probe ships with these modules and every forgepatch module they import (found by
+# reading their imports): stdlib + torch only, importable without libcst/git/docker.
+PROBE_ROOTS = ("__init__.py", "arch.py", "errors.py", "smoke/__init__.py", "smoke/probe.py")
+PROBE_REQUIRED = ("__init__.py", "arch.py", "errors.py")
+
+SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL", re.I)
+MIN_SECRET_LEN = 8
+
+
+def secret_values(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment variables that look like secrets (name -> value), values long enough to
+    search for without false positives."""
+    env = os.environ if environ is None else environ
+    return {k: v for k, v in env.items() if SECRET_NAME.search(k) and len(v) >= MIN_SECRET_LEN}
+
+
+@dataclass(frozen=True)
+class Entry:
+    path: str  # POSIX, relative to the context root
+    is_dir: bool
+    mode: int  # normalised permission bits
+    size: int = 0
+    sha256: str = ""
+
+    def line(self) -> str:
+        kind = "d" if self.is_dir else "f"
+        return f"{kind} {self.mode:04o} {self.size} {self.sha256 or '-'} {self.path}\n"
+
+
+@dataclass
+class BuildContext:
+    root: Path
+    entries: list[Entry]
+    digest: str  # sha256 over the sorted entry lines (content, mode, size, path)
+    overlay_files: list[str] = field(default_factory=list)  # package-relative
+    removed_files: list[str] = field(default_factory=list)
+    wheels: list[tuple[str, str]] = field(default_factory=list)  # (file name, sha256)
+    probe_modules: list[str] = field(default_factory=list)
+    files_written: int = 0  # how many files this assembly had to (re)write
+
+    @property
+    def size(self) -> int:
+        return sum(e.size for e in self.entries)
+
+    def write_tar(self, fileobj: BinaryIO) -> None:
+        """The context as an uncompressed tar: sorted, fixed mtime, root-owned."""
+        for chunk in self.tar_chunks():
+            fileobj.write(chunk)
+
+    def tar_chunks(self, chunk_size: int = 1 << 20) -> Iterator[bytes]:
+        """The same tar as a stream of chunks (sent to the engine without a temp file)."""
+        sink = _Sink()
+        with tarfile.open(fileobj=sink, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+            for entry in self.entries:
+                if entry.is_dir:
+                    tar.addfile(_tarinfo(entry.path, entry.mode, is_dir=True))
+                else:
+                    with open(self.root / entry.path, "rb") as fh:
+                        tar.addfile(_tarinfo(entry.path, entry.mode, entry.size), fh)
+                if sink.size >= chunk_size:
+                    yield sink.take()
+        yield sink.take()
+
+
+class _Sink:
+    """A write-only file object that hands out what was written."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.parts.append(bytes(data))
+        self.size += len(data)
+        return len(data)
+
+    def take(self) -> bytes:
+        out = b"".join(self.parts)
+        self.parts, self.size = [], 0
+        return out
+
+
+def _tarinfo(name: str, mode: int, size: int = 0, is_dir: bool = False) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.mtime, info.mode, info.size = FIXED_MTIME, mode, size
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    if is_dir:
+        info.type = tarfile.DIRTYPE
+    return info
+
+
+def _skip(name: str) -> bool:
+    return name in ("__pycache__", ".git") or name.endswith((".pyc", ".pyo"))
+
+
+def package_files(package: Path) -> dict[str, str]:
+    """Package-relative POSIX path -> absolute file path, sorted; symlinks are followed."""
+    out: dict[str, str] = {}
+    stack = [(str(package), "")]
+    while stack:
+        directory, prefix = stack.pop()
+        with os.scandir(directory) as it:
+            for entry in it:
+                if _skip(entry.name):
+                    continue
+                if entry.is_dir():
+                    stack.append((entry.path, prefix + entry.name + "/"))
+                elif entry.is_file():
+                    out[prefix + entry.name] = entry.path
+    return dict(sorted(out.items()))
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+def package_tar(files: dict[str, bytes], prefix: str = "sglang") -> bytes:
+    """A package as one deterministic tar (``prefix/rel`` members, sorted, fixed metadata)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        dirs = sorted({"/".join(rel.split("/")[:i]) for rel in files for i in range(1, rel.count("/") + 1)})
+        tar.addfile(_tarinfo(prefix, 0o755, is_dir=True))
+        for d in dirs:
+            tar.addfile(_tarinfo(f"{prefix}/{d}", 0o755, is_dir=True))
+        for rel, data in sorted(files.items()):
+            tar.addfile(_tarinfo(f"{prefix}/{rel}", 0o644, len(data)), io.BytesIO(data))
+    return buf.getvalue()
+
+
+@dataclass
+class _File:
+    data: bytes | None  # content, or None when it is read from ``path`` at write time
+    path: str | None
+    mode: int
+    size: int
+    sha256: str
+
+
+class _Plan:
+    """The context's files (rel -> _File), secret-scanned as they are added."""
+
+    def __init__(self, secrets: dict[str, str]):
+        self.files: dict[str, _File] = {}
+        self.secrets = {k: v.encode() for k, v in secrets.items()}
+
+    def scan(self, data: bytes, origin: object) -> None:
+        for name, value in self.secrets.items():
+            if value in data:
+                raise BadInput(
+                    f"{origin}: contains the value of ${name}; refusing to put a secret into an image "
+                    "(tokens are runtime environment only)"
+                )
+
+    def put(self, rel: str, data: bytes, origin: object, mode: int = 0o644) -> None:
+        self.scan(data, origin)
+        self.files[rel] = _File(data, None, mode, len(data), hashlib.sha256(data).hexdigest())
+
+    def entries(self) -> list[Entry]:
+        dirs = set(REQUIRED_DIRS)
+        for rel in list(self.files) + list(REQUIRED_DIRS):
+            parts = rel.split("/")
+            dirs.update("/".join(parts[:i]) for i in range(1, len(parts)))
+        out = [Entry(d, True, 0o755) for d in dirs]
+        out += [Entry(rel, False, f.mode, f.size, f.sha256) for rel, f in self.files.items()]
+        return sorted(out, key=lambda e: e.path)
+
+
+def assemble(
+    dest: Path,
+    *,
+    package: Path | None = None,
+    upstream: Path | None = None,
+    changes: dict[str, str] | None = None,
+    wheels: Iterable[Path] = (),
+    dockerfile: Path,
+    installer: Path,
+    probe_src: Path,
+    secrets: dict[str, str] | None = None,
+    tar_cache: Path | None = None,
+) -> BuildContext:
+    """Write (sync) the build context into ``dest`` and return it with its digest.
+
+    The patched package is either ``package`` (a patched ``sglang/`` dir) or ``upstream`` plus
+    ``changes`` (package-relative path -> new text, what the patch engine returns). With
+    ``upstream`` only the files that differ from it go to the overlay layer. ``probe_src`` is the
+    ``forgepatch`` package dir; ``tar_cache`` a directory keeping upstream tars between runs.
+    """
+    if (package is None) == (changes is None):
+        raise ValueError("assemble: pass exactly one of package= or changes=")
+    if package is not None:
+        _check_package(package, "patched package")
+    if upstream is not None:
+        _check_package(upstream, "upstream package")
+    elif changes is not None:
+        raise ValueError("assemble: changes= needs upstream=")
+    wheels = [Path(w) for w in wheels]
+    for wheel in wheels:
+        if wheel.suffix != ".whl" or not wheel.is_file():
+            raise BadInput(f"extra wheel {wheel}: not a .whl file")
+    if len({w.name for w in wheels}) != len(wheels):
+        raise BadInput("extra wheels: two wheels share a file name")
+
+    dest = Path(dest).absolute()
+    plan = _Plan(secrets or {})
+    try:
+        ctx = _plan(plan, package and Path(package), upstream and Path(upstream), changes, wheels, dockerfile,
+                    installer, probe_src, tar_cache)
+        ctx.files_written = _sync(plan, ctx.entries, dest)
+    except OSError as exc:
+        where = exc.filename or dest
+        raise BadInput(f"cannot write the build context to {dest}: {where}: {exc.strerror or exc}") from exc
+    ctx.root = dest
+    return ctx
+
+
+def check_dest(dest: Path) -> None:
+    """Fail fast (before any patching) when ``dest`` cannot become a build context."""
+    dest = Path(dest).absolute()
+    if dest.exists() and not dest.is_dir():
+        raise BadInput(f"cannot write the build context to {dest}: not a directory")
+    if dest.is_dir() and not (dest / MANIFEST).is_file() and any(dest.iterdir()):
+        raise BadInput(f"build context dir {dest} is not empty and not a forgepatch context; refusing to overwrite it")
+    probe = dest / f".write-test-{uuid.uuid4().hex[:8]}"
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise BadInput(f"cannot write the build context to {dest}: {exc.strerror or exc}") from exc
+
+
+def _check_package(package: Path, what: str) -> None:
+    if not (Path(package) / "__init__.py").is_file():
+        raise BadInput(f"{what} {package}: not a Python package directory (no __init__.py)")
+
+
+def _plan(plan, package, upstream, changes, wheels, dockerfile, installer, probe_src, tar_cache) -> BuildContext:
+    plan.put("Dockerfile", Path(dockerfile).read_bytes(), dockerfile)
+    plan.put("probe/install.py", Path(installer).read_bytes(), installer)
+
+    for rel in PROBE_REQUIRED:
+        if not (Path(probe_src) / rel).is_file():
+            raise BadInput(f"probe module {Path(probe_src) / rel} is missing")
+    probe_modules = probe_closure(Path(probe_src))
+    for rel in probe_modules:
+        src = Path(probe_src) / rel
+        plan.put(f"probe/python/forgepatch/{rel}", src.read_bytes(), src)
+
+    wheel_facts = []
+    for wheel in sorted(wheels, key=lambda p: p.name):
+        data = wheel.read_bytes()
+        plan.put(f"wheels/{wheel.name}", data, wheel)
+        wheel_facts.append((wheel.name, hashlib.sha256(data).hexdigest()))
+
+    contents: dict[str, bytes] = {}  # patched files that may differ from upstream
+    origins: dict[str, object] = {}
+    if package is not None:
+        patched: dict[str, str] = {}  # rel -> sha256 (content scanned for secrets)
+        for rel, path in package_files(package).items():
+            data = _read(path)
+            plan.scan(data, path)
+            patched[rel] = hashlib.sha256(data).hexdigest()
+            contents[rel], origins[rel] = data, path
+        plan.files[UPSTREAM_TAR], pristine = _upstream_tar(plan, upstream or package, tar_cache)
+    else:
+        plan.files[UPSTREAM_TAR], pristine = _upstream_tar(plan, upstream, tar_cache)
+        patched = dict(pristine)
+        for rel, text in sorted(changes.items()):
+            if not _safe_rel(rel):
+                raise BadInput(f"patched file {rel!r}: not a path inside the package")
+            data = text.encode("utf-8")
+            plan.scan(data, f"patched {rel}")
+            patched[rel] = hashlib.sha256(data).hexdigest()
+            contents[rel], origins[rel] = data, f"patched {rel}"
+
+    overlay = sorted(rel for rel, sha in patched.items() if pristine.get(rel) != sha)
+    removed = sorted(rel for rel in pristine if rel not in patched)
+    for rel in overlay:
+        plan.put(f"overlay/sglang/{rel}", contents[rel], origins[rel])
+    plan.put("upstream/removed.txt", "".join(r + "\n" for r in removed).encode(), "removed files")
+
+    entries = plan.entries()
+    digest = hashlib.sha256("".join(e.line() for e in entries).encode()).hexdigest()
+    return BuildContext(Path(), entries, digest, overlay, removed, wheel_facts, probe_modules)
+
+
+def _safe_rel(rel: str) -> bool:
+    parts = rel.split("/")
+    return bool(rel) and not rel.startswith("/") and all(p not in ("", ".", "..") for p in parts)
+
+
+def probe_closure(pkg: Path, roots: Iterable[str] = PROBE_ROOTS) -> list[str]:
+    """The probe's files: ``roots`` (those present), every ``forgepatch`` module they import
+    (at any depth, also inside functions) and the ``__init__.py`` of each package on the way."""
+    found: set[str] = set()
+    todo = [r for r in roots if (pkg / r).is_file()]
+    while todo:
+        rel = todo.pop()
+        if rel in found:
+            continue
+        found.add(rel)
+        parts = rel.split("/")[:-1]
+        for i in range(len(parts) + 1):
+            init = "/".join(parts[:i] + ["__init__.py"])
+            if (pkg / init).is_file() and init not in found:
+                todo.append(init)
+        tree = ast.parse((pkg / rel).read_bytes(), filename=str(pkg / rel))
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:  # relative: resolve against this module's package
+                    base = parts[: len(parts) - (node.level - 1)] if node.level > 1 else parts
+                    mod = ".".join(["forgepatch", *base] + ([node.module] if node.module else []))
+                else:
+                    mod = node.module or ""
+                names = [mod] + [f"{mod}.{a.name}" for a in node.names]
+            for name in names:
+                if name == "forgepatch" or name.startswith("forgepatch."):
+                    sub = name.split(".")[1:]
+                    for cand in ("/".join(sub) + ".py", "/".join(sub + ["__init__.py"])):
+                        if sub and (pkg / cand).is_file():
+                            todo.append(cand)
+    return sorted(found)
+
+
+def _upstream_tar(plan: _Plan, package: Path, cache: Path | None) -> tuple[_File, dict[str, str]]:
+    """The unpatched package as one tar, and {rel: sha256} of its files.
+
+    Cached in ``cache`` under a key made of the tree's path, file names, sizes and mtimes, so
+    an unchanged upstream tree (a downloaded release) is read and packed only once."""
+    files = package_files(package)
+    stamp = hashlib.sha256(str(Path(package).resolve()).encode())
+    for rel, path in files.items():
+        st = os.stat(path)
+        stamp.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    key = stamp.hexdigest()[:32]
+    tar_path, meta_path = (Path(cache, key + ".tar.gz"), Path(cache, key + ".json")) if cache else (None, None)
+    if tar_path is not None:
+        try:
+            meta = json.loads(meta_path.read_text())
+            if os.path.getsize(tar_path) == meta["size"]:
+                return _File(None, str(tar_path), 0o644, meta["size"], meta["sha256"]), meta["files"]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    contents, shas = {}, {}
+    for rel, path in files.items():
+        data = _read(path)
+        plan.scan(data, path)
+        contents[rel] = data
+        shas[rel] = hashlib.sha256(data).hexdigest()
+    tar = package_tar(contents)
+    # Identity = sha256 of the uncompressed tar: gzip bytes may differ between zlib builds,
+    # the package may not (so tags agree across machines).
+    identity = hashlib.sha256(tar).hexdigest()
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", compresslevel=GZIP_LEVEL, mtime=0, filename="") as gz:
+        gz.write(tar)
+    tar = buf.getvalue()
+    tar_file = _File(tar, None, 0o644, len(tar), identity)
+    if tar_path is not None:
+        _write_file(tar_path, tar, 0o644)
+        meta = {"sha256": tar_file.sha256, "size": tar_file.size, "files": shas}
+        _write_file(meta_path, json.dumps(meta).encode(), 0o644)
+    return tar_file, shas
+
+
+def _sync(plan: _Plan, entries: list[Entry], dest: Path) -> int:
+    """Make ``dest`` hold exactly ``entries``; returns how many files were (re)written."""
+    manifest_path = dest / MANIFEST
+    old: dict[str, list] = {}
+    if dest.exists():
+        if not dest.is_dir():
+            raise NotADirectoryError(20, "not a directory", str(dest))
+        if manifest_path.is_file():
+            try:
+                old = json.loads(manifest_path.read_text())["files"]
+            except (ValueError, KeyError, TypeError):
+                old = {}
+        elif any(dest.iterdir()):
+            raise BadInput(f"build context dir {dest} is not empty and not a forgepatch context; refusing to overwrite it")
+    dest.mkdir(parents=True, exist_ok=True)
+
+    wanted = {e.path: e for e in entries}
+    written = 0
+    for e in entries:
+        path = dest / e.path
+        if e.is_dir:
+            if path.is_symlink() or (path.exists() and not path.is_dir()):
+                path.unlink()
+            path.mkdir(parents=True, exist_ok=True)
+            continue
+        try:
+            st = os.lstat(path)
+            fresh = (
+                old.get(e.path) == [e.sha256, e.mode, e.size]
+                and stat.S_ISREG(st.st_mode) and st.st_size == e.size and int(st.st_mtime) == FIXED_MTIME
+            )
+        except FileNotFoundError:
+            fresh = False
+        if not fresh:
+            f = plan.files[e.path]
+            _write_file(path, f.data if f.data is not None else Path(f.path), e.mode)
+            written += 1
+
+    for dirpath, dirnames, filenames in os.walk(dest, topdown=False):
+        for name in filenames:
+            rel = Path(dirpath, name).relative_to(dest).as_posix()
+            if rel != MANIFEST and rel not in wanted:
+                os.unlink(Path(dirpath, name))
+        for name in dirnames:
+            rel = Path(dirpath, name).relative_to(dest).as_posix()
+            if rel not in wanted:
+                p = Path(dirpath, name)
+                p.unlink() if p.is_symlink() else os.rmdir(p)
+    for e in entries:
+        if e.is_dir:
+            os.utime(dest / e.path, (FIXED_MTIME, FIXED_MTIME))
+    doc = {"files": {e.path: [e.sha256, e.mode, e.size] for e in entries if not e.is_dir}}
+    _write_file(manifest_path, json.dumps(doc, sort_keys=True).encode(), 0o644)
+    return written
+
+
+def _write_file(path: Path, data: bytes | Path, mode: int) -> None:
+    """Write ``data`` (bytes, or a file to copy) to ``path`` via a temp file + rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    try:
+        if isinstance(data, Path):  # the cached upstream tar: share it when on the same disk
+            try:
+                os.link(data, tmp)
+            except OSError:
+                shutil.copyfile(data, tmp)
+        else:
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+        os.chmod(tmp, mode)
+        os.utime(tmp, (FIXED_MTIME, FIXED_MTIME))
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
