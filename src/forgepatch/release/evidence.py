@@ -17,22 +17,17 @@ from forgepatch.errors import BadInput, Failure
 from forgepatch.fork import TRAILER_ARCH, TRAILER_PATCHSET, TRAILER_UPSTREAM, branch_name  # noqa: F401
 from forgepatch.gitrepo import GitError
 from forgepatch.gitrepo import git, parse_trailers
+from forgepatch.images.spec import HASH_LABEL as LABEL_CONTEXT_HASH
+from forgepatch.images.spec import tag_safe  # the builder's spelling of a pin in a tag
 from forgepatch.ledger import sha256_bytes
 
 # written by `forgepatch build` (forgepatch.images.spec): image labels
 LABEL_ARCH = "forgepatch.arch"
 LABEL_PIN = "forgepatch.pin"
 LABEL_PATCHSET = "forgepatch.patchset"
-LABEL_CONTEXT_HASH = "forgepatch.context-hash"
 LABEL_REVISION = "org.opencontainers.image.revision"
 
 _IDENT = {"GIT_COMMITTER_NAME": "forgepatch", "GIT_COMMITTER_EMAIL": "forgepatch@localhost"}
-
-
-def tag_safe(text: str, limit: int = 64) -> str:
-    """A Docker tag fragment, as the image builder spells pins in tags."""
-    out = re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip(".-")[:limit]
-    return out or "x"
 
 
 def parse_time(text: str | None) -> datetime | None:
