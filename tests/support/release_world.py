@@ -1,22 +1,19 @@
 """A small real world for release tests: a git repo holding a real SGLang release tree with
-a fork branch made by the patch series, images in the real Docker engine labelled like the
-image builder's, and smoke results written by the real `forgepatch smoke` (docker runner)
+a fork branch made by `forgepatch fork`, images built by the real `forgepatch build` on the
+local base image, and smoke results written by the real `forgepatch smoke` (docker runner)
 running command profiles in those images.
 
-Every image a test makes carries the label ``forgepatch.test=<run id>``; ``World.cleanup``
-removes them all (tags included).
+Each test gets its own image repository name; the images the tests made or reused are
+removed by ID at the end of each test module (``remove_images``).
 """
 
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import uuid
 from pathlib import Path
 
@@ -25,13 +22,6 @@ ARCH, PIN, VERSION = "sm120", "p23", "0.5.23"
 PATCH = "sm120-flashinfer-allreduce-fusion"
 BRANCH = f"forgepatch/{ARCH}/{PIN}"
 TAG = f"forgepatch/{PIN}/{ARCH}"
-TEST_LABEL = "forgepatch.test"
-try:
-    import forgepatch.images.build  # noqa: F401
-
-    REAL_BUILDER = True
-except ImportError:  # the image builder is not merged into this branch yet
-    REAL_BUILDER = False
 CUBLAS = "CUBLAS_STATUS_EXECUTION_FAILED when calling cublasGemmStridedBatchedEx"
 
 OK = "python3 -c 'print(\"ok\")'"
@@ -162,7 +152,7 @@ class World:
         self.config = root / "matrix.toml"
         self.write_matrix()
         self.ledger = root / "releases" / "ledger.json"
-        self._results = self._nonce = 0
+        self._results = 0
         self.content_tag: str | None = None
         self.built: set[str] = set()  # image IDs this world made or reused
 
@@ -178,9 +168,9 @@ class World:
 
     # -- images ------------------------------------------------------------------------
     def build(self) -> str:
-        """The image for (ARCH, PIN), by the real `forgepatch build` when it is merged (a
-        cache hit when an earlier test built the same content), else a stand-in (see
-        ``_standin``). Returns the image ID; ``self.content_tag`` is its build tag."""
+        """The image for (ARCH, PIN), by the real `forgepatch build` on the base image (a
+        cache hit when an earlier test built the same content). Returns the image ID;
+        ``self.content_tag`` is its build tag."""
         return self._build(force=False)
 
     def rebuild(self) -> str:
@@ -188,9 +178,6 @@ class World:
         return self._build(force=True)
 
     def _build(self, force: bool) -> str:
-        if not REAL_BUILDER:
-            self._nonce += int(force)
-            return self._standin(str(self._nonce))
         r = self.run("build", "--arch", ARCH, "--pin", PIN, "--context-dir", self.root / "context", "--json",
                      *(["--force"] if force else []))
         assert r.returncode == 0, r.stderr
@@ -198,28 +185,6 @@ class World:
         self.content_tag = doc["tags"][0]
         self.built.add(doc["image_id"])
         return doc["image_id"]
-
-    def _standin(self, nonce: str) -> str:
-        """STAND-IN until the image builder is merged: an image FROM the base image with the
-        builder's labels and tags (<repo>:<pin>-<arch>-<hash12>, <repo>:<pin>-<arch>); a new
-        ``nonce`` gives a new image ID under the same tags."""
-        patchset = self.patchset
-        chash = hashlib.sha256(f"{ARCH}/{PIN}/{patchset}".encode()).hexdigest()
-        labels = {"forgepatch.arch": ARCH, "forgepatch.pin": PIN, "forgepatch.patchset": patchset,
-                  "forgepatch.context-hash": chash, "forgepatch.patches": PATCH, TEST_LABEL: self.run_id,
-                  "forgepatch.test-nonce": nonce}
-        dockerfile = f"FROM {self.base}\nLABEL " + " ".join(f'"{k}"="{v}"' for k, v in labels.items()) + "\n"
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            info = tarfile.TarInfo("Dockerfile")
-            info.size = len(dockerfile.encode())
-            tar.addfile(info, io.BytesIO(dockerfile.encode()))
-        buf.seek(0)
-        self.content_tag = f"{self.image_repo}:{PIN}-{ARCH}-{chash[:12]}"
-        image, _ = self.client.images.build(fileobj=buf, custom_context=True, tag=self.content_tag, rm=True, forcerm=True)
-        image.tag(self.image_repo, f"{PIN}-{ARCH}")
-        self.built.add(image.id)
-        return image.id
 
     @property
     def validated(self) -> str:
