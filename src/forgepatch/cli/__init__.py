@@ -39,9 +39,10 @@ def _register() -> None:
     from forgepatch.cli import build as _build
     from forgepatch.cli import fork as _fork
     from forgepatch.cli import probe as _probe
+    from forgepatch.cli import release as _release
     from forgepatch.cli import smoke as _smoke
 
-    for module in (_apply, _build, _fork, _probe, _smoke):
+    for module in (_apply, _build, _fork, _probe, _smoke, _release):
         module.register(app)
 
 

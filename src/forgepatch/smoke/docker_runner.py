@@ -132,6 +132,7 @@ class DockerRunner:
         state = {"timed_out": False, "interrupted": False}
         done = threading.Event()
         container = None
+        image_id = patchset = None
         code: int | None = None
         stdout = ""
         error = None
@@ -156,6 +157,8 @@ class DockerRunner:
         guard.start()
         try:
             container = self.client.containers.create(**self._create_kwargs(spec, gpu_ids, name))
+            image_id = container.attrs.get("Image")
+            patchset = ((self.client.api.inspect_image(image_id).get("Config") or {}).get("Labels") or {}).get("forgepatch.patchset")
             if not (state["interrupted"] or cancel.is_set()):
                 container.start()
                 split = LineSplitter()
@@ -180,7 +183,8 @@ class DockerRunner:
         if not stdout:
             stdout = Path(log_path).read_text(encoding="utf-8", errors="replace")
         return RunOutcome(code, state["timed_out"], state["interrupted"], str(log_path), triage, stdout,
-                          time.monotonic() - t0, gpu_ids, error=None if (state["timed_out"] or state["interrupted"]) else error)
+                          time.monotonic() - t0, gpu_ids, error=None if (state["timed_out"] or state["interrupted"]) else error,
+                          image_id=image_id, patchset=patchset)
 
     def _remove(self, name: str) -> None:
         """Force-remove a container by name; retry while the engine is busy; never raise."""

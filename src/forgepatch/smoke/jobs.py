@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Protocol
 
@@ -53,6 +54,8 @@ class RunOutcome:
     duration_s: float = 0.0
     gpu_ids: list[int] = field(default_factory=list)
     error: str | None = None  # the runner itself failed (engine error, ...)
+    image_id: str | None = None  # the exact image the job ran in (docker runner)
+    patchset: str | None = None  # that image's forgepatch.patchset label
 
 
 @dataclass
@@ -82,6 +85,11 @@ class JobResult:
     verdict: str | None = None  # the probe's verdict
     probe: dict | None = None
     context: list[dict] = field(default_factory=list)
+    # what `forgepatch release` matches results on: the image ID and patchset the job ran
+    # with, and when it finished (UTC, ISO 8601)
+    image_id: str | None = None
+    patchset: str | None = None
+    finished_at: str | None = None
 
     @property
     def failed(self) -> bool:
@@ -154,6 +162,8 @@ def judge(spec: JobSpec, out: RunOutcome, runner: str = "") -> JobResult:
         error_lineno=t.error_lineno, exit_code=out.exit_code, timed_out=out.timed_out, log_path=out.log_path,
         duration_s=round(out.duration_s, 3), gpu_ids=list(out.gpu_ids), required=spec.required,
         context=[{"lineno": n, "line": s} for n, s in t.context],
+        image_id=out.image_id, patchset=out.patchset,
+        finished_at=datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z"),
     )
     seen = {p[0] for p in t.phases}
     if out.error:

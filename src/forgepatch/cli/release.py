@@ -1,0 +1,171 @@
+"""``forgepatch release``, ``forgepatch verify TAG`` and ``forgepatch status``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from forgepatch.cli._state import STATE, console, print_json
+
+DEFAULT_RESULTS = Path("smoke-results.json")
+_STYLE = {"released": "green", "recorded": "green", "unchanged": "cyan", "would-release": "yellow",
+          "refused": "bold red", "skipped": "dim"}
+
+
+def _plain_matrix():
+    """matrix.toml without checking patch names (verify/status read no patches)."""
+    from forgepatch.config import load_matrix
+    from forgepatch.paths import default_config
+
+    return load_matrix(default_config(STATE.config_path))
+
+
+def _ledger(matrix, explicit: Path | None):
+    """``--ledger``, else ``[release] ledger`` relative to matrix.toml's directory (the
+    working directory when the shipped default matrix is in use)."""
+    from forgepatch.ledger import Ledger
+    from forgepatch.paths import SHIPPED_MATRIX
+
+    if explicit is not None:
+        return Ledger(explicit)
+    path = Path(matrix.release.ledger)
+    if not path.is_absolute():
+        cfg = Path(matrix.path).resolve() if matrix.path else None
+        base = cfg.parent if cfg and cfg != SHIPPED_MATRIX.resolve() else Path.cwd()
+        path = base / path
+    return Ledger(path)
+
+
+def _release(
+    arch: Optional[str] = typer.Option(None, "--arch", help="Only this arch."),
+    pin: Optional[str] = typer.Option(None, "--pin", help="Only this pin."),
+    repo: Path = typer.Option(Path("."), "--repo", help="The fork's git repository (holds forgepatch/<arch>/<pin>)."),
+    results: Optional[List[Path]] = typer.Option(None, "--results", metavar="FILE", help="Smoke results (`forgepatch smoke --json` output); repeatable. Default ./smoke-results.json."),
+    ledger: Optional[Path] = typer.Option(None, "--ledger", help="Ledger file (default: release.ledger of matrix.toml)."),
+    image: Optional[str] = typer.Option(None, "--image", help="Release this image (default: the newest one labelled with the arch and pin)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Say what would be released; write nothing."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
+) -> None:
+    """Tag validated combinations: annotated git tag, `validated` image tag, ledger entry."""
+    from forgepatch.errors import BadInput, Failure
+    from forgepatch.release import evidence
+    from forgepatch.release.combination import Inputs
+    from forgepatch.release.publish import release
+
+    matrix = STATE.matrix()
+    if arch is not None:
+        matrix.arch(arch)
+    if pin is not None:
+        matrix.pin(pin)
+    book = _ledger(matrix, ledger)
+    book.read(required=False)  # a corrupt ledger is bad input before anything else runs
+    if not results:
+        if not DEFAULT_RESULTS.is_file():
+            raise BadInput(f"--results: give the smoke results file(s) (`forgepatch smoke --json > {DEFAULT_RESULTS}`); ./{DEFAULT_RESULTS} does not exist")
+        results = [DEFAULT_RESULTS]
+    inputs = Inputs(matrix, STATE.patches(), evidence.repo_root(repo), evidence.load_results(list(results)),
+                    evidence.docker_api(), image)
+    outcomes = release(inputs, book, arch, pin, dry_run)
+    if as_json:
+        print_json({"dry_run": dry_run, "ledger": str(book.path), "repo": str(inputs.repo),
+                    "results": [{"path": str(f.path), "sha256": f.sha256} for f in inputs.results],
+                    "combinations": [o.to_json() for o in outcomes]})
+    else:
+        _render(outcomes, book.path, dry_run)
+    refused = [o for o in outcomes if o.status == "refused"]
+    if refused:
+        first = refused[0]
+        more = sum(len(o.reasons) for o in refused) - 1
+        raise Failure(f"release refused for {first.arch}/{first.pin}: {first.reasons[0].message}"
+                      + (f" (+{more} more reason(s){', ' + str(len(refused)) + ' combinations' if len(refused) > 1 else ''})" if more else ""))
+    if all(o.status == "skipped" for o in outcomes):
+        raise Failure("nothing to release: the results hold no smoke job for any selected arch/pin ("
+                      + ", ".join(str(f.path) for f in inputs.results) + ")")
+
+
+def _render(outcomes, ledger_path: Path, dry_run: bool) -> None:
+    from rich.markup import escape
+
+    out = console()
+    for o in outcomes:
+        style = _STYLE.get(o.status, "")
+        head = f"[{style}]{o.status:<13}[/] {o.arch:<6} {escape(o.pin):<10} {escape(o.tag)}"
+        comb = o.combination
+        if comb is not None and o.status != "refused":
+            head += f"  image {comb.image.id[:19]}  profiles {', '.join(comb.profiles)}"
+        out.print(head, soft_wrap=True)
+        if o.status == "refused":
+            for r in o.reasons:
+                out.print(f"    {escape(r.message)}", soft_wrap=True)
+    if not dry_run and any(o.status in ("released", "recorded") for o in outcomes):
+        out.print(f"[dim]ledger: {escape(str(ledger_path))}[/]")
+
+
+def _verify(
+    tag: str = typer.Argument(..., help="A release tag, e.g. forgepatch/v0.5.23/sm120."),
+    repo: Path = typer.Option(Path("."), "--repo", help="The fork's git repository."),
+    ledger: Optional[Path] = typer.Option(None, "--ledger", help="Ledger file (default: release.ledger of matrix.toml)."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
+) -> None:
+    """Re-check a release: ledger, tag, branch commit, image and results must agree."""
+    from rich.markup import escape
+
+    from forgepatch.errors import Failure
+    from forgepatch.release import evidence
+    from forgepatch.release.verify import verify
+
+    book = _ledger(_plain_matrix(), ledger)
+    report = verify(evidence.repo_root(repo), book, tag, evidence.docker_api)
+    if as_json:
+        print_json(report.to_json())
+    else:
+        out = console()
+        for c in report.checks:
+            mark = "[green]ok[/]      " if c.ok else "[bold red]MISMATCH[/]"
+            out.print(f"{mark} {c.name:<12} {escape(c.detail)}", soft_wrap=True)
+    bad = report.mismatch
+    if bad:
+        raise Failure(f"verify {tag}: {bad.name}: {bad.detail}")
+
+
+def _status(
+    ledger: Optional[Path] = typer.Option(None, "--ledger", help="Ledger file (default: release.ledger of matrix.toml)."),
+    markdown: bool = typer.Option(False, "--markdown", help="Print the table as Markdown."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
+) -> None:
+    """The compatibility table of released (validated) combinations: pin x arch x profiles."""
+    import sys
+
+    from forgepatch.release.status import table
+
+    matrix = _plain_matrix()
+    book = _ledger(matrix, ledger)
+    tab = table(book.read(required=True), matrix)
+    if as_json:
+        print_json({"ledger": str(book.path), **tab.to_json()})
+    elif markdown:
+        sys.stdout.write(tab.to_markdown())
+    else:
+        from rich.markup import escape
+        from rich.table import Table
+
+        t = Table(title="validated combinations", title_justify="left", caption=escape(str(book.path)),
+                  caption_justify="left")
+        t.add_column("pin")
+        for arch in tab.arches:
+            t.add_column(arch)
+        for pin in tab.pins:
+            row = []
+            for arch in tab.arches:
+                cell = tab.cells.get((pin, arch))
+                row.append("[dim]-[/]" if cell is None else f"[green]{escape(', '.join(cell.profiles))}[/]\n[dim]{escape(cell.tag)}[/]")
+            t.add_row(escape(pin), *row)
+        console().print(t)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("release")(_release)
+    app.command("verify")(_verify)
+    app.command("status")(_status)

@@ -1,0 +1,158 @@
+"""The release ledger: an append-only JSON file of released combinations.
+
+```json
+{"format": "forgepatch-ledger/1",
+ "releases": [{"tag": "forgepatch/v0.5.23/sm120", ..., "prev": "", "digest": "<sha256>"}, ...]}
+```
+
+Entries form a hash chain: ``digest`` is the sha256 of the entry's canonical JSON without
+``digest``, and ``prev`` is the previous entry's digest (``""`` for the first), so an edited,
+reordered or deleted entry shows. Writers hold ``<ledger>.lock`` (filelock), re-read the file
+under it, check that the chain is intact, and replace the file atomically (temp file in the
+same directory, fsync, rename): a crash leaves the old or the new ledger, never half of one.
+Results files a release relied on are archived next to it, content-addressed
+(``results/<sha256>.json``), so ``verify`` can re-check them later.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from forgepatch.errors import BadInput, Failure
+
+FORMAT = "forgepatch-ledger/1"
+LOCK_TIMEOUT_S = 120.0
+
+
+def canonical(doc: Any) -> bytes:
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def entry_digest(entry: dict[str, Any]) -> str:
+    return hashlib.sha256(canonical({k: v for k, v in entry.items() if k != "digest"})).hexdigest()
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def chain_problem(entries: list[dict[str, Any]]) -> str | None:
+    """The first break in the hash chain, in words; None when intact."""
+    prev = ""
+    for i, entry in enumerate(entries, 1):
+        label = f"entry {i} ({entry.get('tag', '?')})"
+        if entry.get("prev") != prev:
+            return f"{label}: its 'prev' does not match entry {i - 1}'s digest (an entry was removed, reordered or edited)"
+        if entry.get("digest") != entry_digest(entry):
+            return f"{label}: its content does not match its digest (edited after release)"
+        prev = entry["digest"]
+    return None
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Temp file in the same directory, fsync, rename; the old file stays on any error."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    try:  # make the rename itself durable
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass
+
+
+class Ledger:
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    @property
+    def results_dir(self) -> Path:
+        return self.path.parent / "results"
+
+    def exists(self) -> bool:
+        return self.path.is_file()
+
+    def read(self, required: bool = True) -> list[dict[str, Any]]:
+        """The entries, oldest first. BadInput: missing (when required), unreadable, not JSON,
+        or not a ledger. An absent ledger reads as empty when not required."""
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            if required:
+                raise BadInput(f"{self.path}: no release ledger (nothing has been released; run `forgepatch release`)") from None
+            return []
+        except OSError as exc:
+            raise BadInput(f"{self.path}: cannot read ledger: {exc.strerror}") from None
+        try:
+            doc = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            where = f"line {exc.lineno} column {exc.colno}: {exc.msg}" if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
+            raise BadInput(f"{self.path}: corrupt ledger ({where}); left as is") from None
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("releases"), list):
+            raise BadInput(f"{self.path}: not a forgepatch ledger (want {{\"format\": \"{FORMAT}\", \"releases\": [...]}}); left as is")
+        for i, entry in enumerate(doc["releases"], 1):
+            if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str) for k in ("tag", "pin", "arch", "commit")):
+                raise BadInput(f"{self.path}: corrupt ledger (entry {i} lacks tag/pin/arch/commit); left as is")
+        return doc["releases"]
+
+    @contextmanager
+    def lock(self, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+        """Exclusive lock for a read-check-append cycle (other releases wait their turn)."""
+        from filelock import FileLock, Timeout
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(self.path) + ".lock", timeout=timeout)
+        try:
+            lock.acquire()
+        except Timeout:
+            raise Failure(f"{self.path}: another release holds {lock.lock_file} (waited {timeout:g} s)") from None
+        try:
+            yield
+        finally:
+            lock.release()
+
+    def append(self, entry: dict[str, Any]) -> dict[str, Any]:
+        """Chain ``entry`` onto the ledger and write it; call under ``lock()``. Returns the
+        stored entry (with ``prev`` and ``digest``). Refuses when the chain is broken."""
+        entries = self.read(required=False)
+        problem = chain_problem(entries)
+        if problem:
+            raise Failure(f"{self.path}: ledger integrity check failed, {problem}; not appending (see `forgepatch verify`)")
+        stored = {k: v for k, v in entry.items() if k not in ("prev", "digest")}
+        stored["prev"] = entries[-1]["digest"] if entries else ""
+        stored["digest"] = entry_digest(stored)
+        doc = {"format": FORMAT, "releases": [*entries, stored]}
+        atomic_write(self.path, (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
+        return stored
+
+    # -- archived results ----------------------------------------------------------------
+    def archive_results(self, data: bytes) -> Path:
+        """Keep a copy of a results file as ``results/<sha256>.json`` (written once)."""
+        path = self.results_dir / f"{sha256_bytes(data)}.json"
+        if not (path.is_file() and sha256_bytes(path.read_bytes()) == path.stem):
+            atomic_write(path, data)
+        return path
+
+    def archived_results(self, sha256: str) -> bytes | None:
+        path = self.results_dir / f"{sha256}.json"
+        try:
+            return path.read_bytes()
+        except OSError:
+            return None

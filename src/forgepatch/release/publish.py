@@ -1,0 +1,200 @@
+"""``forgepatch release``: tag validated combinations, tag their images, record them.
+
+Per (arch, pin), under the ledger lock: evaluate; refuse with the reasons, or compare with
+what the tag name already holds — the same combination is a no-op, a different one is
+refused (tags never move and are never deleted). A new release then: archives the results
+file(s) next to the ledger, creates the annotated tag on the fork branch head, points the
+image's ``validated`` tag at the image, and appends the ledger entry — the commit point. If
+a step after the git tag fails, the tag and image tag this run made are rolled back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from forgepatch.errors import BadInput, Failure
+from forgepatch.ledger import Ledger, chain_problem
+from forgepatch.release import evidence as ev
+from forgepatch.release.combination import Combination, Evaluation, Inputs, Reason, evaluate, identity, pairs
+
+STATUSES = ("released", "unchanged", "recorded", "would-release", "refused", "skipped")
+
+
+@dataclass
+class Outcome:
+    arch: str
+    pin: str
+    tag: str
+    status: str  # one of STATUSES
+    reasons: list[Reason] = field(default_factory=list)
+    combination: Combination | None = None
+    entry: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        comb = self.combination
+        return {
+            "arch": self.arch, "pin": self.pin, "tag": self.tag, "status": self.status,
+            "reasons": [r.to_json() for r in self.reasons],
+            "combination": None if comb is None else {
+                **comb.identity(), "branch": comb.branch, "upstream": comb.upstream, "image": comb.image.to_json(),
+                "profiles": comb.profiles, "results": [{"path": str(f.path), "sha256": f.sha256} for f in comb.results]},
+            "entry": self.entry,
+        }
+
+
+def tag_name(matrix, arch: str, pin: str) -> str:
+    try:
+        return matrix.release.tag_template.format(pin=pin, arch=arch)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise BadInput(f"[release] tag_template {matrix.release.tag_template!r}: {exc} (placeholders: {{pin}} {{arch}})") from None
+
+
+def tag_message(comb: Combination, tag: str) -> str:
+    img = comb.image
+    lines = [f"forgepatch release {comb.pin} {comb.arch}: {len(comb.profiles)} required smoke profile(s) passed", "",
+             f"fork branch {comb.branch} at {comb.commit}",
+             f"upstream {comb.upstream or '(unknown)'}, patchset {comb.patchset}",
+             f"image {img.id} ({img.ref or 'untagged'}), built {ev.iso(img.created)}",
+             "smoke results:"]
+    width = max(len(p) for p in comb.profiles)
+    for prof, rec in comb.profiles.items():
+        lines.append(f"  {prof:<{width}}  pass  job {rec['job']}  finished {rec['finished_at']}")
+    for f in comb.results:
+        lines.append(f"results file {f.path.name} sha256:{f.sha256}")
+    lines += ["", f"Forgepatch-Pin: {comb.pin}", f"Forgepatch-Arch: {comb.arch}", f"Forgepatch-Commit: {comb.commit}",
+              f"Forgepatch-Patchset: {comb.patchset}", f"Forgepatch-Image: {img.id}",
+              f"Forgepatch-Profiles: {','.join(sorted(comb.profiles))}",
+              f"Forgepatch-Results-Sha256: {','.join(f.sha256 for f in comb.results)}"]
+    return "\n".join(lines) + "\n"
+
+
+def tag_identity(facts: ev.TagFacts) -> dict[str, Any]:
+    t = facts.trailers
+    return identity(t.get("Forgepatch-Pin"), t.get("Forgepatch-Arch"), facts.commit, t.get("Forgepatch-Patchset"),
+                    t.get("Forgepatch-Image"), [p for p in t.get("Forgepatch-Profiles", "").split(",") if p])
+
+
+def entry_identity(entry: dict[str, Any]) -> dict[str, Any]:
+    return identity(entry.get("pin"), entry.get("arch"), entry.get("commit"), entry.get("patchset"),
+                    (entry.get("image") or {}).get("id"), list(entry.get("profiles") or {}))
+
+
+def _differences(a: dict[str, Any], b: dict[str, Any]) -> str:
+    keys = [k for k in a if a[k] != b.get(k)]
+    return ", ".join(f"{k} {_short(b.get(k))} -> {_short(a[k])}" for k in keys)
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, str) and len(value) > 19:
+        return value[:19]
+    return str(value)
+
+
+def make_entry(comb: Combination, tag: ev.TagFacts, validated: str, archives: dict[str, str], repo, now: datetime) -> dict[str, Any]:
+    return {
+        "tag": tag.name, "tag_object": tag.object,
+        "pin": comb.pin, "arch": comb.arch, "repo": str(repo),
+        "branch": comb.branch, "commit": comb.commit, "upstream": comb.upstream, "patchset": comb.patchset,
+        "image": {**comb.image.to_json(), "validated": validated},
+        "profiles": comb.profiles,
+        "results": [{"path": str(f.path), "sha256": f.sha256, "archive": archives[f.sha256]} for f in comb.results],
+        "released_at": ev.iso(now),
+    }
+
+
+def release(inp: Inputs, ledger: Ledger, arch: str | None = None, pin: str | None = None,
+            dry_run: bool = False) -> list[Outcome]:
+    """Release every selected (arch, pin) that is releasable; see the module docstring.
+
+    Pairs without any smoke job in the results are ``skipped`` unless both ``arch`` and
+    ``pin`` name them (then they are refused for missing results)."""
+    targets = pairs(inp.matrix, arch, pin)
+    if not targets:
+        raise BadInput("no arch/pin pair of matrix.toml matches --arch/--pin")
+    names = {t: tag_name(inp.matrix, *t) for t in targets}
+    for name in names.values():
+        ev.check_tag_name(inp.repo, name)
+    explicit = arch is not None and pin is not None
+    entries = ledger.read(required=False)
+    planned = [_one(inp, ledger, entries, a, p, names[(a, p)], explicit, True) for a, p in targets]
+    if dry_run or not any(o.status == "would-release" for o in planned):
+        return planned  # nothing to write: no lock file, no ledger directory
+    with ledger.lock():  # decide again under the lock: another release may have run meanwhile
+        entries = ledger.read(required=False)
+        outcomes = []
+        for a, p in targets:
+            out = _one(inp, ledger, entries, a, p, names[(a, p)], explicit, False)
+            if out.entry is not None:
+                entries.append(out.entry)
+            outcomes.append(out)
+        return outcomes
+
+
+def _one(inp: Inputs, ledger: Ledger, entries: list[dict[str, Any]], arch: str, pin: str, tag: str,
+         explicit: bool, dry_run: bool) -> Outcome:
+    problem = chain_problem(entries)
+    if problem:
+        raise Failure(f"{ledger.path}: ledger integrity check failed, {problem}; releasing nothing (see `forgepatch verify`)")
+    evaluation: Evaluation = evaluate(inp, arch, pin)
+    out = Outcome(arch, pin, tag, "refused", list(evaluation.reasons), evaluation.combination)
+    if not evaluation.tested and not explicit:
+        out.status = "skipped"
+        out.reasons = [Reason("missing-results", f"no smoke results for {arch} on {pin}")]
+        return out
+    if out.reasons:
+        return out
+    comb = evaluation.combination
+    assert comb is not None
+    want = comb.identity()
+    recorded = [e for e in entries if e.get("tag") == tag]
+    existing = ev.tag(inp.repo, tag)
+    if recorded:
+        had = entry_identity(recorded[-1])
+        if had != want:
+            out.reasons.append(Reason("tag-taken", f"tag {tag} already names a different combination ({_differences(want, had)}); tags are immutable"))
+        elif existing is None or existing.object != recorded[-1].get("tag_object"):
+            out.reasons.append(Reason("tag-missing", f"tag {tag} is in the ledger but {'missing from' if existing is None else 'different in'} {inp.repo}; run `forgepatch verify {tag}`"))
+        else:
+            out.status = "unchanged"
+        return out
+    if existing is not None:
+        if not existing.annotated or tag_identity(existing) != want:
+            had = tag_identity(existing) if existing.annotated else {"commit": existing.commit}
+            out.reasons.append(Reason("tag-taken", f"tag {tag} already exists in {inp.repo} for a different combination ({_differences(want, had)}); tags are immutable"))
+            return out
+    if dry_run:
+        out.status = "would-release"
+        return out
+    return _publish(inp, ledger, out, comb, existing)
+
+
+def _publish(inp: Inputs, ledger: Ledger, out: Outcome, comb: Combination, existing: ev.TagFacts | None) -> Outcome:
+    """Write the release (or, with ``existing``, record a tag an interrupted run made)."""
+    api, now = inp.api, datetime.now(timezone.utc)
+    archives = {f.sha256: str(ledger.archive_results(f.data).relative_to(ledger.path.parent)) for f in comb.results}
+    created = None
+    if existing is None:
+        created = ev.create_tag(inp.repo, out.tag, comb.commit, tag_message(comb, out.tag))
+        if created is None:  # lost a race to a process using another ledger
+            existing = ev.tag(inp.repo, out.tag)
+            if existing is None or not existing.annotated or tag_identity(existing) != comb.identity():
+                out.reasons.append(Reason("tag-taken", f"tag {out.tag} was just created by another process for a different combination"))
+                return out
+    facts = created or existing
+    validated = ev.validated_tag(inp.matrix.smoke.image_repo, comb.pin, comb.arch)
+    before = ev.resolve_tag(api, validated)
+    try:
+        ev.set_image_tag(api, comb.image.id, validated)
+        out.entry = ledger.append(make_entry(comb, facts, validated, archives, inp.repo, now))
+    except BaseException:
+        if created is not None:
+            ev.delete_created_tag(inp.repo, created)
+        if before and before != comb.image.id:
+            ev.set_image_tag(api, before, validated)
+        elif not before:
+            ev.remove_image_tag(api, validated)
+        raise
+    out.status = "released" if created is not None else "recorded"
+    return out

@@ -1,0 +1,60 @@
+"""``forgepatch status``: the compatibility table of validated combinations, from the ledger.
+
+One row per pin, one column per arch (matrix.toml order, then any others the ledger holds);
+a cell lists the profiles validated by the newest release of that pin and arch, with its
+tag, or ``-`` when nothing was released.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class Cell:
+    tag: str
+    profiles: list[str]
+    image: str
+    commit: str
+    released_at: str
+
+    def text(self) -> str:
+        return f"{', '.join(self.profiles)} ({self.tag})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tag": self.tag, "profiles": self.profiles, "image": self.image, "commit": self.commit,
+                "released_at": self.released_at}
+
+
+@dataclass
+class Table:
+    pins: list[str]
+    arches: list[str]
+    cells: dict[tuple[str, str], Cell]  # (pin, arch) -> newest release
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pins": self.pins, "arches": self.arches,
+                "combinations": [{"pin": p, "arch": a, **c.to_json()} for (p, a), c in self.cells.items()]}
+
+    def to_markdown(self) -> str:
+        lines = ["| pin | " + " | ".join(self.arches) + " |", "|---|" + "---|" * len(self.arches)]
+        for pin in self.pins:
+            row = []
+            for arch in self.arches:
+                cell = self.cells.get((pin, arch))
+                row.append("-" if cell is None else f"{', '.join(cell.profiles)} (`{cell.tag}`)".replace("|", "\\|"))
+            lines.append(f"| {pin} | " + " | ".join(row) + " |")
+        return "\n".join(lines) + "\n"
+
+
+def table(entries: list[dict[str, Any]], matrix=None) -> Table:
+    cells: dict[tuple[str, str], Cell] = {}
+    for e in entries:  # ledger order: a later release of the same pin/arch wins
+        cells[(e["pin"], e["arch"])] = Cell(e["tag"], sorted(e.get("profiles") or {}), (e.get("image") or {}).get("id", ""),
+                                            e.get("commit", ""), e.get("released_at", ""))
+    pins = list(matrix.pins) if matrix is not None else []
+    arches = list(matrix.arches) if matrix is not None else []
+    pins += sorted({p for p, _ in cells} - set(pins))
+    arches += sorted({a for _, a in cells} - set(arches))
+    return Table(pins, arches, cells)

@@ -1,0 +1,165 @@
+"""``forgepatch verify TAG``: re-check a release against the ledger, the repo, the engine
+and the archived results; the first mismatch is the verdict.
+
+Checks, in order: the ledger's hash chain; the tag exists, is the annotated tag object the
+ledger recorded and points at the recorded commit; the tag message's trailers agree with the
+ledger entry; the fork branch still points at that commit; the image still exists with the
+recorded labels, its build tag still names it (else it was rebuilt) and the ``validated``
+tag names it (when this is the newest release of that pin and arch); the archived results
+file has its recorded sha256 and still shows every recorded profile passing on that image.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from forgepatch.errors import BadInput
+from forgepatch.ledger import Ledger, chain_problem, sha256_bytes
+from forgepatch.release import evidence as ev
+from forgepatch.release.publish import entry_identity, tag_identity
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"check": self.name, "ok": self.ok, "detail": self.detail}
+
+
+@dataclass
+class Verification:
+    tag: str
+    checks: list[Check] = field(default_factory=list)
+    entry: dict[str, Any] | None = None
+
+    @property
+    def mismatch(self) -> Check | None:
+        return next((c for c in self.checks if not c.ok), None)
+
+    def to_json(self) -> dict[str, Any]:
+        bad = self.mismatch
+        return {"tag": self.tag, "ok": bad is None, "mismatch": bad.to_json() if bad else None,
+                "checks": [c.to_json() for c in self.checks], "entry": self.entry}
+
+
+class _Stop(Exception):
+    pass
+
+
+def verify(repo: Path, ledger: Ledger, tag: str, api_factory: Callable[[], Any]) -> Verification:
+    entries = ledger.read(required=True)
+    out = Verification(tag)
+
+    def check(name: str, ok: bool, detail: str) -> None:
+        """A passing test records nothing (``detail`` describes the failure); a group
+        records its summary with ``ok=None``."""
+        if ok is None:
+            out.checks.append(Check(name, True, detail))
+        elif not ok:
+            out.checks.append(Check(name, False, detail))
+            raise _Stop
+
+    try:
+        problem = chain_problem(entries)
+        check("ledger", problem is None, f"{ledger.path}: {problem}")
+        check("ledger", None, f"{len(entries)} entries, hash chain intact")
+        mine = [e for e in entries if e.get("tag") == tag]
+        facts = ev.tag(repo, tag)
+        if not mine:
+            if facts is None:
+                raise BadInput(f"verify: unknown tag {tag!r} (not in {ledger.path}, not in {repo})")
+            check("entry", False, f"tag {tag} exists in {repo} but has no entry in {ledger.path}")
+        entry = out.entry = mine[-1]
+        _check_tag(check, repo, tag, entry, facts)
+        _check_branch(check, repo, entry)
+        newest = [e for e in entries if (e.get("pin"), e.get("arch")) == (entry["pin"], entry["arch"])][-1] is entry
+        _check_image(check, api_factory(), entry, newest)
+        _check_results(check, ledger, entry)
+    except _Stop:
+        pass
+    return out
+
+
+def _check_tag(check, repo: Path, tag: str, entry: dict[str, Any], facts: ev.TagFacts | None) -> None:
+    check("tag", facts is not None, f"tag {tag} is missing from {repo} (the ledger records {str(entry.get('tag_object'))[:12]})")
+    check("tag", facts.annotated, f"tag {tag} is a lightweight tag now; the release made an annotated one")
+    check("tag", facts.object == entry.get("tag_object"),
+          f"tag {tag} is tag object {facts.object[:12]}, the ledger recorded {str(entry.get('tag_object'))[:12]} (tag re-created)")
+    check("tag", facts.commit == entry.get("commit"), f"tag {tag} points at {facts.commit[:12]}, the ledger recorded {str(entry.get('commit'))[:12]}")
+    got, want = tag_identity(facts), entry_identity(entry)
+    diff = [k for k in want if want[k] != got.get(k)]
+    shas = ",".join(r.get("sha256", "") for r in entry.get("results") or [])
+    if not diff and facts.trailers.get("Forgepatch-Results-Sha256") != shas:
+        diff = ["results sha256"]
+    check("tag-message", not diff,
+          f"ledger and tag message disagree on {', '.join(diff)}" + (f": ledger {_s(want.get(diff[0]))}, tag {_s(got.get(diff[0]))}" if diff and diff[0] in want else ""))
+    check("tag", None, f"{tag} -> {facts.commit[:12]} (tag object {facts.object[:12]}), message agrees with the ledger")
+
+
+def _check_branch(check, repo: Path, entry: dict[str, Any]) -> None:
+    name = entry.get("branch") or ev.branch_name(entry["arch"], entry["pin"])
+    br = ev.branch(repo, name)
+    check("branch", br is not None, f"fork branch {name} is gone from {repo}")
+    check("branch", br.head == entry.get("commit"),
+          f"fork branch {name} moved: it is at {br.head[:12]}, the release tagged {str(entry.get('commit'))[:12]}")
+    made_with = br.trailers.get(ev.TRAILER_PATCHSET)
+    check("branch", made_with in (None, entry.get("patchset")),
+          f"fork branch {name} head carries patchset {made_with}, the ledger recorded {entry.get('patchset')}")
+    check("branch", None, f"{name} at {br.head[:12]}")
+
+
+def _check_image(check, api, entry: dict[str, Any], newest: bool) -> None:
+    rec = entry.get("image") or {}
+    image_id = rec.get("id")
+    image = ev.inspect_image(api, image_id) if image_id else None
+    check("image", image is not None, f"image {str(image_id)[:19]} is no longer in the Docker engine")
+    labels = image.labels
+    for key, want in ((ev.LABEL_ARCH, entry["arch"]), (ev.LABEL_PIN, entry["pin"]), (ev.LABEL_PATCHSET, entry.get("patchset"))):
+        check("image", labels.get(key) == want, f"image {image_id[:19]} has label {key}={labels.get(key)!r}, the ledger recorded {want!r}")
+    if rec.get("ref"):
+        now = ev.resolve_tag(api, rec["ref"])
+        check("image", now in (None, image_id),
+              f"image rebuilt since release: {rec['ref']} now names {str(now)[:19]}, the release validated {image_id[:19]}")
+    if newest and rec.get("validated"):
+        now = ev.resolve_tag(api, rec["validated"])
+        check("image", now == image_id,
+              f"{rec['validated']} names {str(now)[:19] if now else 'nothing'}, the release validated {image_id[:19]}")
+    check("image", None, f"{image_id[:19]} ({rec.get('ref') or 'untagged'})")
+
+
+def _check_results(check, ledger: Ledger, entry: dict[str, Any]) -> None:
+    jobs = []
+    for rec in entry.get("results") or []:
+        data = ledger.archived_results(rec.get("sha256", ""))
+        check("results", data is not None, f"archived results {rec.get('archive')} are missing")
+        check("results", sha256_bytes(data) == rec["sha256"], f"archived results {rec.get('archive')} do not hash to {rec['sha256'][:12]} (edited)")
+        try:
+            jobs += [j for j in json.loads(data).get("jobs", []) if isinstance(j, dict)]
+        except (ValueError, AttributeError):
+            check("results", False, f"archived results {rec.get('archive')} are not a results document")
+    image = entry.get("image") or {}
+    created = ev.parse_time(image.get("created"))
+    profiles = entry.get("profiles") or {}
+    check("results", bool(profiles), "the ledger entry records no profiles")
+    for prof, rec in profiles.items():
+        job = next((j for j in jobs if j.get("id") == rec.get("job") and j.get("profile") == prof
+                    and j.get("finished_at") == rec.get("finished_at")), None)
+        check("results", job is not None, f"profile {prof}: job {rec.get('job')} is not in the archived results")
+        check("results", (job.get("arch"), job.get("pin")) == (entry["arch"], entry["pin"]), f"profile {prof}: job {job.get('id')} is for {job.get('arch')}/{job.get('pin')}")
+        check("results", job.get("status") == "pass", f"profile {prof}: job {job.get('id')} is {job.get('status')}, not pass")
+        check("results", job.get("image_id") == image.get("id"), f"profile {prof}: job ran on image {str(job.get('image_id'))[:19]}, not {str(image.get('id'))[:19]}")
+        check("results", job.get("patchset") == entry.get("patchset"), f"profile {prof}: job recorded patchset {job.get('patchset')}, not {entry.get('patchset')}")
+        when = ev.parse_time(job.get("finished_at"))
+        check("results", when is not None and created is not None and when >= created, f"profile {prof}: job finished before the image was created")
+    check("results", None, f"{len(profiles)} profile(s) passed on {str(image.get('id'))[:19]}: {', '.join(profiles)}")
+
+
+def _s(value: Any) -> str:
+    text = str(value)
+    return text[:19] if len(text) > 19 else text
