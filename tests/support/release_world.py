@@ -238,7 +238,7 @@ def remove_images(client, ids) -> list[str]:
 
     for image_id in ids:
         try:
-            client.images.remove(image_id, force=True)
+            client.images.remove(image_id, force=True, noprune=True)  # keep shared build cache
         except docker.errors.APIError:
             pass
     left = []
