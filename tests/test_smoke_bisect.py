@@ -7,7 +7,7 @@ import itertools
 import json
 
 from forgepatch.smoke.bisect import ddmin, flag_label, split
-from support.smoke_matrix import profile, processes_with, run_cli, write_matrix
+from support.smoke_matrix import SCHEDULER, profile, processes_with, run_cli, write_matrix
 
 
 def counted(predicate):
@@ -75,7 +75,7 @@ def test_two_flags_both_needed_among_four(tmp_path):
     again = run_bisect(matrix, tmp_path)
     assert again["launches"] == 0 and again["culprits"] == rep["culprits"]
     assert len(launches.read_text().splitlines()) == PAIR_AC_LAUNCHES
-    assert not processes_with("fake-sglang-scheduler")
+    assert not processes_with(SCHEDULER)
 
 
 def test_single_culprit_among_three_in_at_most_four_launches(tmp_path):

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from support.smoke_matrix import FAKE, ROOT, profile, processes_with, run_cli, write_matrix
+from support.smoke_matrix import SCHEDULER, FAKE, ROOT, profile, processes_with, run_cli, write_matrix
 
 DRIVER = [sys.executable, "-m", "forgepatch.smoke.server", "--model-path", "/models/fake", "--launch", f"{sys.executable} {FAKE}"]
 
@@ -29,7 +29,7 @@ def test_ready_means_capture_end_and_a_real_answer():
     assert "[forgepatch-server] answered HTTP 200" in out
     assert "[forgepatch-server] server stopped" in out and "result status=pass" in out
     assert "--tp-size 8" in out.splitlines()[0]  # the flag group reached the server's argv
-    assert not processes_with("fake-sglang-scheduler")  # its child was stopped too
+    assert not processes_with(SCHEDULER)  # its child was stopped too
 
 
 def test_health_ok_but_generation_failing():
@@ -42,7 +42,7 @@ def test_hang_times_out_and_leaves_no_process():
     r = drive(env={"FAKE_SGLANG_FAIL": "hang", "FAKE_SGLANG_STUBBORN_CHILD": "1"}, timeout="2", extra=("--stop-grace", "1"))
     assert r.returncode == 1
     assert "[forgepatch-server] timeout after 2 s in graph capture" in r.stdout
-    assert not processes_with("fake-sglang-scheduler")
+    assert not processes_with(SCHEDULER)
 
 
 def test_crash_detected_even_though_children_hold_the_pipe():
@@ -99,4 +99,4 @@ def test_smoke_cli_local_runner_reports(matrix, tmp_path):
 
     suite = ET.parse(junit).getroot().find("testsuite")
     assert suite.get("tests") == "6" and suite.get("failures") == "4"
-    assert not processes_with("fake-sglang-scheduler")
+    assert not processes_with(SCHEDULER)

@@ -128,7 +128,9 @@ def spawn_child(stubborn: bool) -> subprocess.Popen:
     if stubborn:
         code += "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
     code += "time.sleep(3600)\n"
-    return subprocess.Popen([sys.executable, "-c", code, "fake-sglang-scheduler"])
+    # the name carries the test run's id, so a stray check never sees another run's children
+    name = "fake-sglang-scheduler-" + os.environ.get("FORGEPATCH_TEST_RUN", "solo")
+    return subprocess.Popen([sys.executable, "-c", code, name])
 
 
 CHILDREN: list[subprocess.Popen] = []

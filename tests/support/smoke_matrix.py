@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,6 +63,12 @@ def run_cli(*args, cwd=None, env=None, timeout=300, stdin=None) -> subprocess.Co
     full_env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), FAKE_SGLANG_STEP="0", **(env or {}))
     return subprocess.run([*CLI, *args], capture_output=True, text=True, env=full_env, cwd=cwd or ROOT,
                           timeout=timeout, input=stdin)
+
+
+# One id per test run, inherited by every stand-in server the run starts: stray-process checks
+# look for this run's children only (another run on the same machine has its own id).
+RUN_ID = os.environ.setdefault("FORGEPATCH_TEST_RUN", uuid.uuid4().hex[:8])
+SCHEDULER = f"fake-sglang-scheduler-{RUN_ID}"
 
 
 def processes_with(token: str) -> list[str]:
