@@ -59,8 +59,9 @@ def write_matrix(path: Path, profiles: dict[str, str], sm103=(), sm120=(), smoke
     return path
 
 
-def run_cli(*args, cwd=None, env=None, timeout=300, stdin=None) -> subprocess.CompletedProcess:
-    full_env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), FAKE_SGLANG_STEP="0", **(env or {}))
+def run_cli(*args, cwd=None, env=None, timeout=300, stdin=None, pythonpath=()) -> subprocess.CompletedProcess:
+    path = os.pathsep.join(str(p) for p in (ROOT / "src", *pythonpath))
+    full_env = dict(os.environ, PYTHONPATH=path, FAKE_SGLANG_STEP="0", **(env or {}))
     return subprocess.run([*CLI, *args], capture_output=True, text=True, env=full_env, cwd=cwd or ROOT,
                           timeout=timeout, input=stdin)
 

@@ -8,7 +8,6 @@ leaves nothing behind. ``judge`` turns the outcome into pass / fail / timeout / 
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Protocol
 
-from forgepatch.smoke.monitor import Event, Monitor, Triage
+from forgepatch.smoke.monitor import Event, Monitor, Triage, extract_json, with_probe_verdict
 from forgepatch.smoke.process import pump_lines, stop_session
 
 FAILING = ("fail", "timeout", "error", "interrupted")
@@ -138,23 +137,10 @@ class LogSink:
         return self.monitor.finish(exit_code, timed_out)
 
 
-def extract_json(text: str) -> dict | None:
-    """The last JSON object in ``text`` that starts at the beginning of a line."""
-    decoder = json.JSONDecoder()
-    starts = [i for i in range(len(text)) if text[i] == "{" and (i == 0 or text[i - 1] == "\n")]
-    for start in reversed(starts):
-        try:
-            doc, _ = decoder.raw_decode(text, start)
-        except ValueError:
-            continue
-        if isinstance(doc, dict):
-            return doc
-    return None
-
-
 def judge(spec: JobSpec, out: RunOutcome, runner: str = "") -> JobResult:
     """Pass / fail / timeout / skipped for one job, with the monitor's findings attached."""
-    t = out.triage
+    doc = extract_json(out.stdout) if spec.kind == "probe" else None
+    t = with_probe_verdict(out.triage, doc)
     res = JobResult(
         id=spec.id, arch=spec.arch, pin=spec.pin, profile=spec.profile, kind=spec.kind, status="fail",
         summary="", flags=list(spec.flags), image=spec.image, runner=runner, signature=t.signature,
@@ -173,16 +159,12 @@ def judge(spec: JobSpec, out: RunOutcome, runner: str = "") -> JobResult:
         res.status, res.summary = "interrupted", "interrupted"
         return res
     if spec.kind == "probe":
-        doc = extract_json(out.stdout)
         res.probe = doc
         res.verdict = (doc or {}).get("verdict")
         if res.verdict == "pass" and out.exit_code == 0:
             res.status = "pass"
         elif res.verdict in ("no-gpu",) and not out.timed_out:
             res.status, res.summary = "skipped", "probe: no GPU visible"
-        elif res.verdict in ("fail", "incompatible") and not t.signature:
-            why = doc.get("reason") or doc.get("detail") or doc.get("error") or ""
-            res.signature, res.label = f"probe-{res.verdict}", f"probe {res.verdict}" + (f": {why}" if why else "")
     elif spec.kind == "server":
         if out.exit_code == 0 and not out.timed_out and "answered" in seen:
             res.status = "pass"

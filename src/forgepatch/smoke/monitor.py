@@ -15,10 +15,11 @@ Rules worth knowing:
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, Iterable
 
 from forgepatch.smoke.signatures import (
@@ -173,8 +174,11 @@ class Monitor:
         else:
             if m := PROBE_PHASE.search(line):
                 name = m["phase"] + (f":{m['check']}" if m["check"] else "")
-                state = m["state"] or "begin"
-                events.append(self._phase(f"probe:{name}:{state}", f"probe {name} {state}", f"probe {name}", no, short))
+                state = m["verdict"] or m["state"]
+                pid, label = f"probe:{name}" + (f":{state}" if state else ""), f"probe {name}" + (f" {state}" if state else "")
+                # the verdict line ends the run: it is not a stage a failure could happen in
+                final = m["phase"] == "verdict"
+                events.append(self._phase(pid, label, None if final else f"probe {name}", no, short))
 
         for sig, rx in self._sigs:
             if m := rx.search(line):
@@ -194,9 +198,11 @@ class Monitor:
                 self.on_event(ev)
         return events
 
-    def _phase(self, pid: str, label: str, stage: str, no: int, line: str) -> Event:
-        self.progress += 1
-        self.stage = stage
+    def _phase(self, pid: str, label: str, stage: str | None, no: int, line: str) -> Event:
+        """A phase reached; ``stage`` None records it without moving the stage (a final line)."""
+        if stage is not None:
+            self.progress += 1
+            self.stage = stage
         self.last_phase = (pid, label, no)
         if pid not in self._seen_phase:
             self._seen_phase.add(pid)
@@ -304,11 +310,44 @@ class Monitor:
 
 def triage_lines(lines: Iterable[str], markers: dict[str, str] | None = None, log_path: str | None = None,
                  context: int = 3, exit_code: int | None = None) -> Triage:
-    """Run the monitor over a finished log."""
+    """Run the monitor over a finished log (a probe's log: with its JSON document's verdict)."""
     mon = Monitor(markers, log_path=log_path, context=context)
+    lines = list(lines)
     for line in lines:
         mon.feed(line)
-    return mon.finish(exit_code)
+    t = mon.finish(exit_code)
+    if any(pid.startswith("probe:") for pid, _, _ in mon.phases):
+        t = with_probe_verdict(t, extract_json("\n".join(lines)))
+    return t
+
+
+def extract_json(text: str) -> dict | None:
+    """The last JSON object in ``text`` that starts at the beginning of a line."""
+    decoder = json.JSONDecoder()
+    starts = [i for i in range(len(text)) if text[i] == "{" and (i == 0 or text[i - 1] == "\n")]
+    for start in reversed(starts):
+        try:
+            doc, _ = decoder.raw_decode(text, start)
+        except ValueError:
+            continue
+        if isinstance(doc, dict):
+            return doc
+    return None
+
+
+def with_probe_verdict(t: Triage, doc: dict | None) -> Triage:
+    """A failed probe's own verdict instead of the generic ``exit code N``: signature
+    ``probe-<verdict>``, label ``probe <verdict>: <reason>``, failing phase that of the first
+    failed check (else where the log stopped). A specific signature from the log still wins."""
+    verdict = (doc or {}).get("verdict")
+    if verdict not in ("fail", "incompatible") or t.signature not in (None, "exit"):
+        return t
+    reason = doc.get("reason") or doc.get("detail") or doc.get("error") or ""
+    failed = next((c for c in doc.get("checks") or [] if isinstance(c, dict) and c.get("status") == "fail"
+                   and c.get("phase")), None)
+    phase = f"probe {failed['phase']}:{failed['name']}" if failed else t.failing_phase
+    return replace(t, failed=True, signature=f"probe-{verdict}",
+                   label=f"probe {verdict}" + (f": {reason}" if reason else ""), failing_phase=phase)
 
 
 class LineSplitter:

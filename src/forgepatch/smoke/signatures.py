@@ -155,8 +155,13 @@ PHASES: tuple[PhaseMarker, ...] = (
     PhaseMarker("answered", r"\[forgepatch-server\] answered", "first real request answered", "serving"),
 )
 
-# Probe phase lines: ``[forgepatch-probe] phase=capture check=bmm begin``.
-PROBE_PHASE = re.compile(r"\[forgepatch-probe\] phase=(?P<phase>\S+)(?: check=(?P<check>\S+))?(?: (?P<state>\w+))?")
+# Probe phase lines: ``[forgepatch-probe] phase=capture check=bmm begin``, with ``rank=N`` on a
+# rank's lines and ``verdict=V`` on the last; the state is a bare word (``begin``, ``fail``),
+# never the key of a ``key=value`` field.
+PROBE_PHASE = re.compile(
+    r"\[forgepatch-probe\] phase=(?P<phase>\S+)(?: check=(?P<check>\S+))?(?: rank=(?P<rank>\d+))?"
+    r"(?: verdict=(?P<verdict>\S+))?(?: (?P<state>\w+)(?=\s|$))?"
+)
 
 START_STAGE = "start-up"
 MARKER_IDS = frozenset(p.id for p in PHASES) | frozenset(s.id for s in SIGNATURES)
