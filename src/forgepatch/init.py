@@ -7,10 +7,9 @@ writes each one atomically (temp file + rename).
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
+from forgepatch.atomic import write_atomic
 from forgepatch.errors import BadInput, Failure
 
 EXAMPLE_PATCH = "sm120-flashinfer-allreduce-fusion"
@@ -45,18 +44,9 @@ def init(dest: Path) -> list[Path]:
     written = []
     for target, src in files.items():
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
         try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(src.read_bytes())
-            os.chmod(tmp, 0o644)
-            try:
-                os.link(tmp, target)  # fails if the target appeared meanwhile: never overwrite
-            except FileExistsError:
-                raise BadInput(f"init: refusing to overwrite {target}") from None
-            except OSError:  # no hard links on this filesystem
-                os.replace(tmp, target)
-        finally:
-            Path(tmp).unlink(missing_ok=True)
+            write_atomic(target, src.read_bytes(), exclusive=True)  # never overwrite
+        except FileExistsError:
+            raise BadInput(f"init: refusing to overwrite {target}") from None
         written.append(target)
     return written

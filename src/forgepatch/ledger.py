@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
+
+from forgepatch.atomic import write_atomic
 from typing import Any, Iterator
 
 from forgepatch.errors import BadInput, Failure
@@ -57,25 +57,7 @@ def chain_problem(entries: list[dict[str, Any]]) -> str | None:
 
 def atomic_write(path: Path, data: bytes) -> None:
     """Temp file in the same directory, fsync, rename; the old file stays on any error."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    try:  # make the rename itself durable
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
+    write_atomic(path, data, durable=True)
 
 
 class Ledger:

@@ -8,12 +8,7 @@ file is edited with tomlkit, so comments and layout survive, and written atomica
 
 from __future__ import annotations
 
-import hashlib
-import os
 import re
-import subprocess
-import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,43 +59,19 @@ def resolve_rev(repo_path: Path, rev: str, package_dir: str) -> tuple[str, str |
 
 
 def pypi_wheel(version: str) -> Path:
-    """The ``sglang==version`` wheel in the cache, downloaded once with pip.
+    """The ``sglang==version`` wheel in the cache (``forgepatch.sources``), errors as ``--pypi``."""
+    from forgepatch.sources import pypi_wheel as cached_wheel
 
-    Delegates to ``forgepatch.sources.pypi_wheel`` when the core provides it."""
     try:
-        from forgepatch.sources import pypi_wheel as core_pypi_wheel
-    except ImportError:
-        core_pypi_wheel = None
-    if core_pypi_wheel is not None:
-        try:
-            return Path(core_pypi_wheel(version))
-        except BadInput as exc:
-            raise BadInput(f"--pypi: {str(exc).removeprefix('--source: ')}") from None
-    from forgepatch.paths import cache_dir
-
-    dest = cache_dir("wheels", version)  # same layout as forgepatch.sources
-    found = sorted(dest.glob("sglang-*.whl"))
-    if found:
-        return found[0]
-    with tempfile.TemporaryDirectory(dir=dest) as tmp:
-        proc = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"sglang=={version}", "-d", tmp],
-            capture_output=True, text=True,
-        )
-        got = sorted(Path(tmp).glob("sglang-*.whl"))
-        if proc.returncode != 0 or not got:
-            raise BadInput(f"--pypi: no wheel for sglang=={version} on PyPI")
-        final = dest / got[0].name
-        os.replace(got[0], final)
-        return final
+        return cached_wheel(version)
+    except BadInput as exc:
+        raise BadInput(f"--pypi: {str(exc).removeprefix('--source: ')}") from None
 
 
 def wheel_sha256(version: str) -> str:
-    digest = hashlib.sha256()
-    with pypi_wheel(version).open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+    from forgepatch.sources import wheel_sha256 as digest
+
+    return digest(pypi_wheel(version))
 
 
 # -- editing -------------------------------------------------------------------------------
@@ -178,22 +149,10 @@ def _append_pin(doc, name: str, entry: dict[str, str]) -> None:
 
 def _write_validated(config: Path, text: str) -> None:
     """Validate the new text as a matrix, then replace ``config`` atomically."""
+    from forgepatch.atomic import write_atomic
     from forgepatch.config import load_matrix
 
-    target = config.resolve()
-    fd, tmp = tempfile.mkstemp(prefix=".matrix.", suffix=".toml", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-        load_matrix(Path(tmp))
-        try:
-            os.chmod(tmp, target.stat().st_mode & 0o7777)
-        except OSError:
-            pass
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(config.resolve(), text, validate=load_matrix)
 
 
 def list_pins(matrix) -> list[PinRow]:

@@ -6,8 +6,6 @@ Table: one row per arch x pin, one column per profile; a cell is ``pass``, ``ski
 
 from __future__ import annotations
 
-import os
-import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -81,13 +79,6 @@ def to_junit(results: list[JobResult], name: str = "forgepatch-smoke") -> str:
 
 def write_text(path: Path, text: str) -> None:
     """Transactional write: temp file in the same directory, then rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from forgepatch.atomic import write_atomic
+
+    write_atomic(Path(path), text)

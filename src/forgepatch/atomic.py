@@ -1,0 +1,53 @@
+"""Atomic file writes: a temp file beside the target, then one rename (never half-written)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+
+def _default_mode() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def write_atomic(path: Path, data: bytes | str, *, validate: Callable[[Path], object] | None = None,
+                 durable: bool = False, exclusive: bool = False) -> None:
+    """Write ``data`` to ``path`` atomically.
+
+    The file keeps the mode of the one it replaces (a new file gets the umask's default);
+    ``validate(tmp)`` may reject the new content before anything is replaced; ``durable``
+    fsyncs the data and the directory; ``exclusive`` refuses (FileExistsError) when ``path``
+    exists, without a window in which another writer could be overwritten.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data.encode("utf-8") if isinstance(data, str) else data)
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
+        try:
+            mode = path.stat().st_mode & 0o7777
+        except OSError:
+            mode = _default_mode()
+        os.chmod(tmp, mode)
+        if validate is not None:
+            validate(Path(tmp))
+        if exclusive:
+            os.link(tmp, path)  # FileExistsError if it appeared meanwhile
+        else:
+            os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    if durable:
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
