@@ -14,7 +14,7 @@ import typer
 
 from forgepatch.cli import _state
 
-app = typer.Typer(
+app = typer.Typer(rich_markup_mode=None, 
     name="forgepatch",
     help="Carry architecture patches for SGLang forks as codemods; build, smoke-test and release them.",
     no_args_is_help=True,

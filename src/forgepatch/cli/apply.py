@@ -46,7 +46,7 @@ def _drift_message(res) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    patch_app = typer.Typer(help="Inspect and test patch files.", no_args_is_help=True)
+    patch_app = typer.Typer(rich_markup_mode=None, help="Inspect and test patch files.", no_args_is_help=True)
     app.add_typer(patch_app, name="patch")
 
     @app.command()

@@ -9,7 +9,7 @@ import typer
 
 from forgepatch.cli._state import STATE, console, print_json
 
-pin_app = typer.Typer(help="Record SGLang pins (PyPI releases or git revisions) in matrix.toml.", no_args_is_help=True)
+pin_app = typer.Typer(rich_markup_mode=None, help="Record SGLang pins (PyPI releases or git revisions) in matrix.toml.", no_args_is_help=True)
 
 
 @pin_app.command("add")
