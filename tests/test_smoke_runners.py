@@ -1,5 +1,5 @@
 """The local runner with real subprocesses: streaming, logs, JSON parsing, exit codes, and
-killing the whole process group on timeout."""
+stopping the whole process tree (its session) on timeout and after the job ends."""
 
 from __future__ import annotations
 
@@ -9,7 +9,10 @@ import sys
 import textwrap
 import time
 
-from forgepatch.smoke.runners import parse_document, probe_command, probe_env, run_local
+import threading
+
+from forgepatch.smoke.process import follow_session, start_session
+from forgepatch.smoke.runners import ProcessResult, parse_document, probe_command, probe_env, run_local
 
 
 def py(code: str) -> list[str]:
@@ -41,7 +44,23 @@ def test_streams_lines_in_order_logs_them_and_parses_the_document(tmp_path):
 
 def test_exit_code_passes_through_and_missing_document_is_none():
     job = run_local(py("import sys; print('not json'); sys.exit(3)"), timeout_s=30)
+    assert isinstance(job, ProcessResult)
     assert job.exit_code == 3 and job.document is None and job.stdout == "not json"
+
+
+def wait_gone(pid: int, seconds: float = 5.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        try:  # reap it if it became our zombie (it is not our child, so normally not)
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        time.sleep(0.1)
+    return False
 
 
 def test_timeout_kills_the_whole_process_group(tmp_path):
@@ -102,3 +121,58 @@ def test_probe_command_and_env():
     assert env["PYTHONPATH"].split(os.pathsep)[0].endswith("src")
     assert env["NCCL_NVLS_ENABLE"] == "1"  # an explicit choice is kept; the default is off
     assert probe_env({})["NCCL_NVLS_ENABLE"] == "0"
+
+
+def test_timeout_stops_a_child_that_left_the_process_group(tmp_path):
+    """A child in its own process group (as SGLang's server is) is still in the job's session."""
+    pidfile = tmp_path / "child.pid"
+    job = run_local(py(f"""
+        import os, subprocess, sys, time
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], process_group=0)
+        open({str(pidfile)!r}, "w").write(f"{{child.pid}} {{os.getpgid(child.pid)}}")
+        print("started", flush=True)
+        time.sleep(600)
+    """), timeout_s=2.0, kill_grace_s=1.0)
+    assert job.timed_out and job.stdout == "started"
+    child, pgid = map(int, pidfile.read_text().split())
+    assert pgid == child  # it did leave the job's process group
+    assert wait_gone(child), f"child {child} in its own process group survived the timeout"
+
+
+def test_leftovers_holding_the_pipe_are_swept_when_the_job_ends(tmp_path):
+    """The job exits but a background child keeps stdout open: the result comes at once, with
+    the exit code, and the child is stopped (not waited for until the timeout)."""
+    pidfile = tmp_path / "child.pid"
+    t0 = time.monotonic()
+    job = run_local(py(f"""
+        import subprocess, sys
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        open({str(pidfile)!r}, "w").write(str(child.pid))
+        print("bye", flush=True)
+        sys.exit(4)
+    """), timeout_s=60)
+    assert time.monotonic() - t0 < 15
+    assert job.exit_code == 4 and not job.timed_out and job.stdout == "bye"
+    assert wait_gone(int(pidfile.read_text()))
+
+
+def test_follow_session_cancel_event_and_merged_stream():
+    """The event the smoke matrix sets on Ctrl-C stops the job like a timeout does."""
+    cancel = threading.Event()
+    seen = []
+
+    def on_line(stream, line):
+        seen.append((stream, line))
+        cancel.set()
+
+    proc = start_session(py("""
+        import sys, time
+        print("to stderr", file=sys.stderr, flush=True)
+        time.sleep(600)
+    """), merge_stderr=True)
+    t0 = time.monotonic()
+    ended = follow_session(proc, on_line=on_line, timeout_s=60, cancel=cancel, stop_grace_s=1.0)
+    assert time.monotonic() - t0 < 15
+    assert ended.interrupted and not ended.timed_out and ended.stopped
+    assert ended.returncode is not None and ended.returncode < 0  # ended by a signal
+    assert seen == [("stdout", "to stderr")]

@@ -1,5 +1,6 @@
 """Smoke jobs: what one job runs (``JobSpec``), what a runner saw (``RunOutcome``) and the
 verdict (``JobResult``), plus the streaming glue every runner shares and the local runner.
+(``runners.ProcessResult`` is what a plain ``forgepatch probe`` run saw, not a verdict.)
 
 A runner runs ``spec.command`` (in an image, or on this host), streams its output line by line
 into the per-job log file and a ``Monitor``, enforces the hard timeout, honours ``cancel`` and
@@ -9,17 +10,15 @@ leaves nothing behind. ``judge`` turns the outcome into pass / fail / timeout / 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import threading
-import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Protocol
 
 from forgepatch.smoke.monitor import Event, Monitor, Triage, extract_json, with_probe_verdict
-from forgepatch.smoke.process import pump_lines, stop_session
+from forgepatch.smoke.process import follow_session, start_session
 
 FAILING = ("fail", "timeout", "error", "interrupted")
 
@@ -186,7 +185,8 @@ def judge(spec: JobSpec, out: RunOutcome, runner: str = "") -> JobResult:
 
 
 class LocalRunner:
-    """Run jobs as processes on this host, each in its own session (see process.py)."""
+    """Run jobs as processes on this host, each in its own session (``process.start_session``,
+    ``process.follow_session``: stdout and stderr merged, as in a container's log)."""
 
     name = "local"
 
@@ -219,36 +219,21 @@ class LocalRunner:
 
     def run(self, spec, gpu_ids, log_path, cancel, on_event=None) -> RunOutcome:
         sink = LogSink(spec, Path(log_path), on_event)
-        t0 = time.monotonic()
         stdout: list[str] = []
-        timed_out = interrupted = False
         try:
-            proc = subprocess.Popen(self._argv(spec), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, env=self._env(spec, gpu_ids), start_new_session=True)
+            proc = start_session(self._argv(spec), env=self._env(spec, gpu_ids), merge_stderr=True)
         except OSError as exc:
-            sink.close(None, False, spec.timeout_s)
-            return RunOutcome(None, False, False, str(log_path), sink.monitor.finish(None), "", 0.0, gpu_ids,
+            triage = sink.close(None, False, spec.timeout_s)
+            return RunOutcome(None, False, False, str(log_path), triage, "", 0.0, gpu_ids,
                               error=f"cannot start {spec.command[0]!r}: {exc.strerror}")
 
-        def on_line(text: str) -> None:
+        def on_line(_stream: str, text: str) -> None:
             stdout.append(text)
             sink.line(text)
 
-        pump = pump_lines(proc.stdout, on_line)
-        try:
-            deadline = t0 + spec.timeout_s
-            while proc.poll() is None:
-                if cancel.wait(0.05):
-                    interrupted = True
-                    break
-                if time.monotonic() > deadline:
-                    timed_out = True
-                    break
-        finally:
-            # always sweep the whole session: a stopped job, and a finished job's leftovers
-            stop_session(proc.pid, self.stop_grace_s if (timed_out or interrupted) else 1.0, proc)
-            pump.join(timeout=5)
-        code = proc.returncode
-        triage = sink.close(code, timed_out, spec.timeout_s)
-        return RunOutcome(code, timed_out, interrupted, str(log_path), triage, "\n".join(stdout) + "\n",
-                          time.monotonic() - t0, gpu_ids)
+        # always sweeps the whole session: a stopped job, and a finished job's leftovers
+        ended = follow_session(proc, on_line=on_line, timeout_s=spec.timeout_s, cancel=cancel,
+                               stop_grace_s=self.stop_grace_s)
+        triage = sink.close(ended.returncode, ended.timed_out, spec.timeout_s)
+        return RunOutcome(ended.returncode, ended.timed_out, ended.interrupted, str(log_path), triage,
+                          "\n".join(stdout) + "\n", ended.seconds, gpu_ids)

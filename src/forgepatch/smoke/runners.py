@@ -1,32 +1,30 @@
-"""The local runner: start the probe (or any command) as a subprocess on this host, stream its
-output line by line, enforce a timeout, and parse the JSON document it prints.
+"""Run the probe (or any command) as a process on this host for ``forgepatch probe``: stream its
+stdout and stderr line by line, enforce a timeout, and parse the JSON document it prints.
 
-For hosts without Docker (like the lent GPU machines). The Docker runner lives in
-``forgepatch.smoke.docker_runner`` and returns the same ``JobResult``. Standard library only.
+For hosts without Docker (like the lent GPU machines). Starting, streaming and stopping the
+process tree is ``forgepatch.smoke.process`` (shared with the smoke matrix's local runner in
+``forgepatch.smoke.jobs``); this module adds the probe's command line, environment and result.
+Standard library only.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import queue
-import signal
-import subprocess
 import sys
-import threading
-import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
-# ``on_line(stream, line)``: stream is "stdout" or "stderr"; line has no trailing newline.
-LineCallback = Callable[[str, str], None]
+from forgepatch.smoke.process import LineCallback, follow_session, start_session
 
 
 @dataclass
-class JobResult:
-    """How one job ended: exit code (None if it had to be killed), its JSON document if it
-    printed one, and whether it timed out or was interrupted."""
+class ProcessResult:
+    """What ``run_local`` saw of one process: exit code (None if it had to be stopped), its
+    stdout, the tail of its stderr, its JSON document if it printed one, and whether it timed
+    out or was interrupted. (The smoke matrix's verdict per job is ``jobs.JobResult``.)"""
 
     command: list[str]
     exit_code: int | None
@@ -69,25 +67,6 @@ def parse_document(stdout: str) -> dict[str, Any] | None:
     return None
 
 
-def _kill_group(proc: subprocess.Popen, grace_s: float) -> None:
-    """SIGTERM the job's whole process group (the probe's rank processes too), then SIGKILL."""
-    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(wait)
-        except subprocess.TimeoutExpired:
-            continue
-        # The leader is gone; sweep the group in case children outlived it.
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        return
-
-
 def run_local(
     command: Sequence[str],
     *,
@@ -98,41 +77,23 @@ def run_local(
     log_path: str | Path | None = None,
     kill_grace_s: float = 3.0,
     tail_lines: int = 200,
-) -> JobResult:
-    """Run ``command`` in its own process group; stream each line of stdout and stderr to
-    ``on_line`` and, in arrival order, to ``log_path``; kill the group at ``timeout_s`` or on
-    Ctrl-C. Never raises for the job's failure."""
+) -> ProcessResult:
+    """Run ``command`` in its own session (``process.start_session``); stream each line of
+    stdout and stderr to ``on_line`` and, in arrival order, to ``log_path``; stop the whole
+    session at ``timeout_s`` or on Ctrl-C. Never raises for the job's failure."""
     cmd = [str(c) for c in command]
     full_env = dict(os.environ if env is None else env)
     full_env.setdefault("PYTHONUNBUFFERED", "1")
+    out: list[str] = []
+    tail: deque[str] = deque(maxlen=tail_lines)
     log = None
     if log_path is not None:
         log_path = Path(log_path)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(log_path, "w", encoding="utf-8")
-    start = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            env=full_env, cwd=cwd, start_new_session=True,
-                            text=True, encoding="utf-8", errors="replace", bufsize=1)
-    lines: queue.Queue = queue.Queue()
-
-    def pump(stream: Any, name: str) -> None:
-        for line in stream:
-            lines.put((name, line.rstrip("\n")))
-        lines.put((name, None))
-
-    threads = [threading.Thread(target=pump, args=(proc.stdout, "stdout"), daemon=True),
-               threading.Thread(target=pump, args=(proc.stderr, "stderr"), daemon=True)]
-    for t in threads:
-        t.start()
-    out: list[str] = []
-    tail: list[str] = []
-    open_streams, timed_out, interrupted = 2, False, False
 
     def consume(name: str, line: str) -> None:
         (out if name == "stdout" else tail).append(line)
-        if len(tail) > tail_lines:
-            del tail[0]
         if log is not None:
             log.write(line + "\n")
             log.flush()
@@ -140,43 +101,16 @@ def run_local(
             on_line(name, line)
 
     try:
-        while open_streams:
-            remaining = timeout_s - (time.monotonic() - start)
-            if remaining <= 0:
-                timed_out = True
-                break
-            try:
-                name, line = lines.get(timeout=min(remaining, 0.5))
-            except queue.Empty:
-                continue
-            if line is None:
-                open_streams -= 1
-            else:
-                consume(name, line)
-    except KeyboardInterrupt:
-        interrupted = True
-    if timed_out or interrupted:
-        _kill_group(proc, kill_grace_s)
-    try:
-        code = proc.wait(timeout=10 if not (timed_out or interrupted) else 5)
-    except subprocess.TimeoutExpired:  # streams closed but the leader lingers
-        _kill_group(proc, kill_grace_s)
-        code = proc.wait()
-    for t in threads:
-        t.join(1.0)
-    while True:  # lines that arrived while killing
-        try:
-            name, line = lines.get_nowait()
-        except queue.Empty:
-            break
-        if line is not None:
-            consume(name, line)
-    if log is not None:
-        log.close()
+        ended = follow_session(start_session(cmd, env=full_env, cwd=cwd), on_line=consume,
+                               timeout_s=timeout_s, stop_grace_s=kill_grace_s)
+    finally:
+        if log is not None:
+            log.close()
     stdout = "\n".join(out)
-    return JobResult(cmd, None if (timed_out or interrupted) else code, time.monotonic() - start,
-                     timed_out=timed_out, interrupted=interrupted, document=parse_document(stdout),
-                     stdout=stdout, stderr_tail=tail, log_path=log_path)
+    return ProcessResult(cmd, None if ended.stopped else ended.returncode, ended.seconds,
+                         timed_out=ended.timed_out, interrupted=ended.interrupted,
+                         document=parse_document(stdout), stdout=stdout, stderr_tail=list(tail),
+                         log_path=log_path)
 
 
 def probe_command(*, arch: str | None = None, gpus: int = 1, replays: int | None = None,

@@ -199,7 +199,7 @@ class Driver:
     def _stop(self) -> None:
         if self.proc is None:
             return
-        stop_group(self.proc.pid, self.args.stop_grace, alive=lambda: self.proc.poll() is None)
+        stop_group(self.proc.pid, self.args.stop_grace, self.proc)
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
