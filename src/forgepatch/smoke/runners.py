@@ -9,7 +9,6 @@ Standard library only.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections import deque
@@ -46,25 +45,11 @@ class ProcessResult:
 
 
 def parse_document(stdout: str) -> dict[str, Any] | None:
-    """The JSON object a job printed on stdout: the whole of it, or else the last line-start
-    ``{`` from which the rest parses (tolerates chatter printed before the document)."""
-    text = stdout.strip()
-    if not text:
-        return None
-    try:
-        doc = json.loads(text)
-        return doc if isinstance(doc, dict) else None
-    except ValueError:
-        pass
-    lines = text.splitlines()
-    for i in range(len(lines) - 1, -1, -1):
-        if lines[i].startswith("{"):
-            try:
-                doc = json.loads("\n".join(lines[i:]))
-            except ValueError:
-                continue
-            return doc if isinstance(doc, dict) else None
-    return None
+    """The JSON object a job printed on stdout (the same rule ``forgepatch smoke`` uses:
+    the last object starting at a line start; chatter before or after it is ignored)."""
+    from forgepatch.smoke.monitor import extract_json
+
+    return extract_json(stdout)
 
 
 def run_local(
