@@ -335,11 +335,14 @@ class RankGroup:
 
 
 def rank_check_result(name: str, outcomes: list[RankOutcome], seconds: float) -> CheckResult:
-    """Fold per-rank outcomes into one check: pass only if every rank passed; the first failed
-    rank names the phase and signature."""
+    """Fold per-rank outcomes into one check: pass only if every rank passed. The root cause
+    names the phase and signature: a rank that crashed or raised is preferred over one that
+    merely timed out waiting for it (on two H200s, a killed rank 1 left rank 0 hanging in
+    the all-reduce; "rank 1 killed by SIGKILL" is the answer, not rank 0's timeout)."""
     failed = [o for o in outcomes if o.status != PASS]
     errors = [o.result.get("max_error") for o in outcomes if o.result.get("max_error") is not None]
-    first = failed[0] if failed else None
+    causes = [o for o in failed if not (o.signature or "").startswith("timeout")]
+    first = (causes or failed)[0] if failed else None
     return CheckResult(
         name, FAIL if failed else PASS, seconds,
         phase=first.phase if first else None,
