@@ -334,6 +334,14 @@ class RankGroup:
                 proc.join(2.0)
 
 
+def _ranked(outcome: "RankOutcome | None") -> str | None:
+    """``rank N: <signature>``, unless the signature already names its rank."""
+    if outcome is None:
+        return None
+    sig = outcome.signature or ""
+    return sig if sig.startswith(f"rank {outcome.rank} ") else f"rank {outcome.rank}: {sig}"
+
+
 def rank_check_result(name: str, outcomes: list[RankOutcome], seconds: float) -> CheckResult:
     """Fold per-rank outcomes into one check: pass only if every rank passed. The root cause
     names the phase and signature: a rank that crashed or raised is preferred over one that
@@ -346,7 +354,7 @@ def rank_check_result(name: str, outcomes: list[RankOutcome], seconds: float) ->
     return CheckResult(
         name, FAIL if failed else PASS, seconds,
         phase=first.phase if first else None,
-        signature=f"rank {first.rank}: {first.signature}" if first else None,
+        signature=_ranked(first),
         max_error=max(errors) if errors else None,
         tolerance=next((o.result.get("tolerance") for o in outcomes if o.result.get("tolerance")), None),
         ranks=[o.as_dict() for o in outcomes],
