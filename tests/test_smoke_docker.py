@@ -9,9 +9,7 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tarfile
-import threading
 import time
 import uuid
 from pathlib import Path

@@ -22,11 +22,6 @@ class Arch:
     gate_family: str
 
     @property
-    def sm(self) -> str:
-        """``sm_120`` style name (NVCC's spelling)."""
-        return f"sm_{self.cc[0]}{self.cc[1]}"
-
-    @property
     def cuda_arch(self) -> str:
         """``CUDA_ARCHITECTURES``-style token, e.g. ``120a``."""
         return f"{self.cc[0]}{self.cc[1]}a"
@@ -66,8 +61,6 @@ ARCHES: dict[str, Arch] = {
     )
 }
 
-# Predicate families SGLang already gates on, in the order they appear in disjunctions.
-KNOWN_FAMILIES = ("sm90", "sm100", "sm120")
 
 
 def get_arch(name: str) -> Arch:

@@ -19,7 +19,6 @@ from typing import Any
 from forgepatch.errors import BadInput
 from forgepatch.gitrepo import GitRepo
 
-STATUS_ORDER = ["drift", "applied", "already-applied", "absorbed-upstream", "not-applicable"]
 SHORT = {
     "applied": "applies",
     "already-applied": "already",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +54,6 @@ class Patch:
     examples: tuple[Example, ...] = ()
     path: Path | None = None
     hash: str = ""
-    options: dict[str, Any] = field(default_factory=dict)
 
     def applies(self, version: str | None) -> bool:
         return _version_in(version, self.applies_to)
@@ -113,7 +112,7 @@ def build_patch(data: dict[str, Any], codemod: Any, path: Path | None = None) ->
     for key in ("id", "summary", "arches", "sites"):
         if key not in data:
             raise ValueError(f"{key}: missing")
-    unknown = set(data) - {"id", "summary", "arches", "sites", "applies_to", "examples", "codemod", "options"}
+    unknown = set(data) - {"id", "summary", "arches", "sites", "applies_to", "examples", "codemod"}
     if unknown:
         raise ValueError(f"{sorted(unknown)[0]}: unknown key")
     pid = data["id"]
@@ -163,7 +162,7 @@ def build_patch(data: dict[str, Any], codemod: Any, path: Path | None = None) ->
     return Patch(
         id=pid, summary=str(data["summary"]), arches=arches, sites=tuple(sites), codemod=codemod,
         applies_to=_check_spec(data.get("applies_to"), "applies_to"), examples=tuple(examples),
-        path=path, options=dict(data.get("options", {})),
+        path=path,
     )
 
 

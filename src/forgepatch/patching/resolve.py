@@ -60,7 +60,3 @@ def find_definition(read: ReadText, module: str, name: str, _depth: int = 0) -> 
         return None
     return None
 
-
-def defines(read: ReadText, module: str, name: str) -> bool:
-    """True if ``module`` (dotted, absolute) defines or re-exports ``name`` in this tree."""
-    return find_definition(read, module, name) is not None

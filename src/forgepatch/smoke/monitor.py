@@ -151,12 +151,6 @@ class Monitor:
         self._tb_chained = False
 
     # -- feeding ----------------------------------------------------------------------------
-    def feed_lines(self, lines: Iterable[str]) -> list[Event]:
-        events: list[Event] = []
-        for line in lines:
-            events.extend(self.feed(line))
-        return events
-
     def feed(self, line: str) -> list[Event]:
         line = line.rstrip("\r\n")
         self.lineno += 1

@@ -32,6 +32,15 @@ def _close(torch: Any, out: Any, ref: Any, tol: Tolerance) -> tuple[bool, float]
     return ok, float(diff.max().item())
 
 
+def _eager(torch: Any, step: Any, tracker: Any) -> tuple[Any, float]:
+    """Run ``step`` once eagerly (the reference the graph must match); returns (outputs, ms)."""
+    tracker.phase("eager")
+    t0 = time.perf_counter()
+    out = step()
+    torch.cuda.synchronize()
+    return out, (time.perf_counter() - t0) * 1e3
+
+
 def _capture_and_replay(torch: Any, step: Callable[[], Any], replays: int, tracker: Any,
                         before_replay: Callable[[], None] | None = None) -> tuple[Any, Any, dict]:
     """Warm ``step`` up on a side stream, capture it into a CUDA graph, replay it ``replays``
@@ -95,11 +104,7 @@ def check_bmm(tracker: Any, replays: int, device: int = 0) -> dict[str, Any]:
         prod = torch.bmm(a.float(), b.float())
         return prod, 0.5 * c.float() + 2.0 * prod
 
-    tracker.phase("eager")
-    t0 = time.perf_counter()
-    eager = step()
-    torch.cuda.synchronize()
-    eager_ms = (time.perf_counter() - t0) * 1e3
+    eager, eager_ms = _eager(torch, step, tracker)
     graph, outs, metrics = _capture_and_replay(torch, step, replays, tracker)
 
     tracker.phase("compare")
@@ -158,11 +163,7 @@ def check_mlp(tracker: Any, replays: int, device: int = 0) -> dict[str, Any]:
     def reference() -> Any:
         return block(x.float(), w_norm.float(), w_gate_up.float(), w_down.float())
 
-    tracker.phase("eager")
-    t0 = time.perf_counter()
-    eager = step()
-    torch.cuda.synchronize()
-    eager_ms = (time.perf_counter() - t0) * 1e3
+    eager, eager_ms = _eager(torch, step, tracker)
     graph, out, metrics = _capture_and_replay(torch, step, replays, tracker)
 
     tracker.phase("compare")

@@ -16,7 +16,6 @@ from forgepatch import arch as archmod
 SCHEMA = "forgepatch.probe/1"
 
 PASS, FAIL, INCOMPATIBLE, NO_GPU = "pass", "fail", "incompatible", "no-gpu"
-SKIPPED = "skipped"
 EXIT_CODES = {PASS: 0, FAIL: 1, INCOMPATIBLE: 3, NO_GPU: 3}
 
 

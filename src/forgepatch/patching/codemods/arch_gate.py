@@ -157,9 +157,9 @@ class ArchGateCodemod(SiteCodemod):
         if sibling.idiom == "constant":
             needs.setdefault(("constant", new.value), sibling.name)
         elif sibling.idiom == "call":
-            needs.setdefault(("function", f"is_{target}_supported"), sibling.name)
+            needs.setdefault(("function", ctx.arch.family_function), sibling.name)
         elif not self._attribute_available(sibling, target, ctx):
-            name = f"is_{target}_supported"  # the platform object lacks .is_smXX here
+            name = ctx.arch.family_function  # the platform object lacks .is_smXX here
             needs.setdefault(("function", name), None)
             return cst.Call(func=cst.Name(name))
         return new
@@ -176,8 +176,8 @@ class ArchGateCodemod(SiteCodemod):
             if name in imported_names(imp):
                 where = find_definition(ctx.read, import_module(imp, ctx), name)
                 text = ctx.read(where) if where else None
-                return bool(text and re.search(rf"\bis_{target}\b", text))
-        return bool(re.search(rf"\bis_{target}\b", ctx.module.code))
+                return bool(text and re.search(rf"\b{ctx.arch.family_attribute}\b", text))
+        return bool(re.search(rf"\b{ctx.arch.family_attribute}\b", ctx.module.code))
 
     # -- per module ---------------------------------------------------------------------
     def finalize_module(self, module: cst.Module, ctx: FileContext) -> cst.Module:
@@ -204,8 +204,8 @@ class ArchGateCodemod(SiteCodemod):
                     if t.value == sibling:
                         value = stmt.body[0].value
         if value is None:  # sibling imported, not assigned here: define it from the function
-            value = cst.Call(func=cst.Name(f"is_{target}_supported"))
-            ctx.state["needs"].setdefault(("function", f"is_{target}_supported"), None)
+            value = cst.Call(func=cst.Name(ctx.arch.family_function))
+            ctx.state["needs"].setdefault(("function", ctx.arch.family_function), None)
             anchor = first_non_import_index(module) - 1
         else:
             fam = predicate(cst.Name(sibling)).family
@@ -219,7 +219,7 @@ class ArchGateCodemod(SiteCodemod):
                     elif pred.idiom == "attribute":
                         sib = Predicate(rename_family(pred.node, target, fam), fam, "attribute", pred.name)
                         if not self._attribute_available(sib, target, ctx):
-                            fname = f"is_{target}_supported"
+                            fname = ctx.arch.family_function
                             value = value.deep_replace(pred.node, cst.Call(func=cst.Name(fname)))
                             ctx.state["needs"].setdefault(("function", fname), None)
         line = cst.SimpleStatementLine(body=[cst.Assign(targets=[cst.AssignTarget(cst.Name(name))], value=value)])

@@ -97,12 +97,6 @@ class SiteCodemod:
 
 
 # -- small helpers shared by codemods -------------------------------------------------------
-def insert_after(module: cst.Module, anchor: cst.CSTNode, new: list[cst.BaseStatement]) -> cst.Module:
-    body = list(module.body)
-    i = next(i for i, s in enumerate(body) if s is anchor)
-    return module.with_changes(body=body[: i + 1] + new + body[i + 1 :])
-
-
 def first_non_import_index(module: cst.Module) -> int:
     """Index of the first top-level statement after the leading docstring/imports block."""
     for i, stmt in enumerate(module.body):
