@@ -54,7 +54,7 @@ def main() -> None:
     helps = [wall(exe + ["--help"]) for _ in range(args.runs)]
 
     from forgepatch.arch import get_arch
-    from forgepatch.patching.engine import run_series
+    from forgepatch.patching.engine import run_patches
     from forgepatch.patching.patchset import load_patches
     from forgepatch.paths import SHIPPED_PATCHES
     from forgepatch.patching.trees import DirTree
@@ -63,7 +63,7 @@ def main() -> None:
     engine = []
     for _ in range(args.runs):
         t = time.perf_counter()
-        run_series(DirTree(tree.package, True), patches, get_arch("sm120"), args.version)
+        run_patches(DirTree(tree.package, True), patches, get_arch("sm120"), args.version)
         engine.append(time.perf_counter() - t)
     baseline = [parse_all(tree.package) for _ in range(args.baseline_runs)]
     base = statistics.median(b[0] for b in baseline)

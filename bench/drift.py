@@ -60,7 +60,7 @@ def main() -> None:
     from forgepatch.drift import scan
     from forgepatch.gitrepo import GitRepo
     from forgepatch.paths import SHIPPED_PATCHES, cache_dir
-    from forgepatch.patching.engine import run_series
+    from forgepatch.patching.engine import run_patches
     from forgepatch.patching.patchset import load_patches
     from forgepatch.patching.trees import DirTree
     from support.nightlies import build_nightlies_repo
@@ -113,7 +113,7 @@ def main() -> None:
             for tag in tags:
                 subprocess.run(["git", "-C", str(wt), "checkout", "-q", "-f", tag], check=True)
                 version = r.tree(r.resolve(tag)).version()
-                res = run_series(DirTree(wt / "python" / "sglang", pristine=True), patches, arch, version)
+                res = run_patches(DirTree(wt / "python" / "sglang", pristine=True), patches, arch, version)
                 base_status.append([p.status.value for p in res.patches])
             baseline_s = time.perf_counter() - t
             files_per_rev = [len(r.tree(r.resolve(tag)).paths()) for tag in tags]

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from forgepatch.arch import get_arch
-from forgepatch.patching.engine import run_series
+from forgepatch.patching.engine import run_patches
 from forgepatch.patching.patchset import build_patch
 from forgepatch.patching.codemods.arch_gate import ArchGateCodemod
 from forgepatch.patching.trees import MemoryTree
@@ -68,7 +68,7 @@ def module(draw):
 
 def apply(src: str) -> tuple[str, object]:
     files = {"srt/layers/mod.py": src, "srt/utils.py": UTILS, "srt/runtime_context.py": PLATFORM}
-    res = run_series(MemoryTree(files, pristine=True), [PATCH], get_arch("sm120"), None)
+    res = run_patches(MemoryTree(files, pristine=True), [PATCH], get_arch("sm120"), None)
     return res.changed.get("srt/layers/mod.py", src), res
 
 

@@ -54,7 +54,7 @@ def make_dirty(repo):
 def test_fork_creates_branch_with_one_commit_per_patch_and_trailers(nightly_clone, config, patches, capsys):
     from forgepatch.arch import get_arch
     from forgepatch.gitrepo import GitRepo
-    from forgepatch.patching.engine import run_series
+    from forgepatch.patching.engine import run_patches
     from forgepatch.patching.patchset import load_patches, patchset_hash
 
     repo = nightly_clone
@@ -69,7 +69,7 @@ def test_fork_creates_branch_with_one_commit_per_patch_and_trailers(nightly_clon
     upstream = git(repo, "rev-parse", "v0.5.20")
     series = load_patches(patches, ["sm120-flashinfer-allreduce-fusion"])
     with GitRepo(repo) as r:
-        expected = run_series(r.tree(upstream), series, get_arch("sm120"), "0.5.20")
+        expected = run_patches(r.tree(upstream), series, get_arch("sm120"), "0.5.20")
     applied = [p for p in expected.patches if p.changes]
     assert doc["status"] == "created" and doc["upstream"] == upstream
     head = git(repo, "rev-parse", BRANCH)

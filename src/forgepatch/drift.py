@@ -187,16 +187,15 @@ class _Engine:
     """Lazily loaded patch engine (libcst) for revisions the tree memo cannot answer."""
 
     def __init__(self, patches_dir: Path, ids: list[str], arch):
-        from forgepatch.patching.engine import run_series
-        from forgepatch.patching.patchset import load_patches, patchset_hash
+        from forgepatch.patching.patchset import load_patches
+        from forgepatch.patching.series import Series, run_series
 
         self._run = run_series
-        self.patches = load_patches(patches_dir, ids)
-        self.patchset = patchset_hash(self.patches)
-        self.arch = arch
+        self.series = Series(arch, tuple(load_patches(patches_dir, ids)))
+        self.patchset = self.series.hash
 
     def run(self, tree, version, cache):
-        return self._run(tree, self.patches, self.arch, version, cache)
+        return self._run(self.series, tree, version, cache=cache)
 
 
 def _memo_get(cache, key: str | None):

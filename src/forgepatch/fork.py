@@ -128,7 +128,6 @@ def fork(
     from forgepatch.arch import get_arch
 
     arch = get_arch(arch_name)
-    arch_cfg = matrix.arch(arch.name)
     with GitRepo(repo_path) as repo:
         pin, upstream = choose_pin(matrix, repo, rev, pin)
         branch = branch_name(arch.name, pin)
@@ -139,13 +138,12 @@ def fork(
         tree = repo.tree(upstream, matrix.upstream.package_dir)
         version = tree.version()
 
-        from forgepatch.patching.engine import run_series
-        from forgepatch.patching.patchset import load_patches, patchset_hash
+        from forgepatch.patching.series import load_series, run_series
 
-        patches = load_patches(patches_dir, arch_cfg.patches)
-        patchset = patchset_hash(patches)
+        series = load_series(matrix, arch, patches_dir)
+        patchset = series.hash
         with repo.lock():
-            result = run_series(tree, patches, arch, version)
+            result = run_series(series, tree, version)
             out = ForkResult(arch.name, pin, branch, upstream, version, patchset, "drift", apply=result)
             if result.drift:
                 return out

@@ -232,7 +232,7 @@ def _site_result(site: Site, findings: list[Finding], found: list[str], overlay:
                       candidates=candidates(order_by_hint(paths, site), overlay.read_bytes, site))
 
 
-def run_series(tree: Tree, patches: list[Patch], arch: Arch, version: str | None,
+def run_patches(tree: Tree, patches: list[Patch], arch: Arch, version: str | None,
                cache: MutableMapping[str, Any] | None = None, pristine: bool | None = None) -> ApplyResult:
     """Apply ``patches`` in order to ``tree`` for ``arch``; nothing is written.
 

@@ -26,23 +26,16 @@ class ApplyRun:
         return doc
 
 
-def series_for(arch: str, matrix, patches_dir: Path):
-    from forgepatch.patching.patchset import load_patches
-
-    return load_patches(patches_dir, matrix.arch(arch).patches)
-
-
 def run_arch(arch: str, source: str | None, matrix, patches_dir: Path):
     """Resolve the source and run the arch's patch series in memory."""
-    from forgepatch.patching.engine import run_series
+    from forgepatch.patching.series import load_series, run_series
     from forgepatch.patching.trees import DirTree
     from forgepatch.sources import resolve_source
 
-    arch_obj = get_arch(arch)
-    patches = series_for(arch_obj.name, matrix, patches_dir)
+    series = load_series(matrix, arch, patches_dir)
     src = resolve_source(source, matrix)
     tree = DirTree(src.package, pristine=src.pristine)
-    return run_series(tree, patches, arch_obj, src.version), src, tree, patches
+    return run_series(series, tree, src.version), src, tree, list(series.patches)
 
 
 def apply_arch(arch: str, source: str | None, out: Path | None, matrix, patches_dir: Path,
@@ -86,7 +79,7 @@ def lint_arch(arch: str, source: str | None, matrix, patches_dir: Path):
 
 def run_examples(patches) -> list[tuple[str, str, str | None]]:
     """Run every patch's examples; returns (patch id, example name, failure or None)."""
-    from forgepatch.patching.engine import run_series
+    from forgepatch.patching.engine import run_patches
     from forgepatch.patching.trees import MemoryTree
 
     out = []
@@ -96,7 +89,7 @@ def run_examples(patches) -> list[tuple[str, str, str | None]]:
             files[ex.path] = ex.before
             arch = get_arch(ex.arch)
             try:
-                res = run_series(MemoryTree(files, pristine=ex.upstream), [patch], arch, None)
+                res = run_patches(MemoryTree(files, pristine=ex.upstream), [patch], arch, None)
                 got = res.changed.get(ex.path, ex.before)
                 want = ex.before if ex.after is None else ex.after
                 error = None
@@ -104,7 +97,7 @@ def run_examples(patches) -> list[tuple[str, str, str | None]]:
                     error = "output differs from 'after':\n" + _diff(want, got)
                 else:  # the result is a fixed point (idempotence)
                     files[ex.path] = got
-                    again = run_series(MemoryTree(files), [patch], arch, None)
+                    again = run_patches(MemoryTree(files), [patch], arch, None)
                     if again.changed:
                         error = "not idempotent: a second run changes the output again"
             except Exception as exc:  # noqa: BLE001 - report, don't crash the runner

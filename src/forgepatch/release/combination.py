@@ -96,9 +96,9 @@ def required_profiles(matrix, arch: str, pin: str) -> list[str]:
 
 
 def current_patchset(matrix, patches_dir: Path, arch: str) -> str:
-    from forgepatch.patching.patchset import load_patches, patchset_hash
+    from forgepatch.patching.series import load_series
 
-    return patchset_hash(load_patches(patches_dir, matrix.arches[arch].patches))
+    return load_series(matrix, arch, patches_dir).hash
 
 
 def evaluate(inp: Inputs, arch: str, pin: str) -> Evaluation:
