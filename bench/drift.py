@@ -55,10 +55,10 @@ def main() -> None:
     opts = ap.parse_args()
 
     from forgepatch.arch import get_arch
-    from forgepatch.blobcache import BlobCache
+    from forgepatch.fork.blobcache import BlobCache
     from forgepatch.config import load_matrix
-    from forgepatch.drift import scan
-    from forgepatch.gitrepo import GitRepo
+    from forgepatch.fork.drift import scan
+    from forgepatch.fork.gitrepo import GitRepo
     from forgepatch.paths import SHIPPED_PATCHES, cache_dir
     from forgepatch.patching.engine import run_patches
     from forgepatch.patching.patchset import load_patches

@@ -108,10 +108,10 @@ def test_absorbed_upstream_names_the_rev_to_retire_the_patch(nightly_clone, conf
 
 
 def test_blob_memo_parses_each_distinct_blob_once(nightlies_repo, config, cache_root):
-    from forgepatch.blobcache import BlobCache
+    from forgepatch.fork.blobcache import BlobCache
     from forgepatch.config import load_matrix
-    from forgepatch.drift import scan
-    from forgepatch.gitrepo import GitRepo
+    from forgepatch.fork.drift import scan
+    from forgepatch.fork.gitrepo import GitRepo
     from forgepatch.paths import SHIPPED_PATCHES
 
     matrix = load_matrix(config)
@@ -176,9 +176,9 @@ def test_drift_bad_input(nightlies_repo, config, tmp_path, capsys, cache_root):
 def test_memo_respects_applies_to_boundaries(nightly_clone, config, cache_root):
     """The same blobs seen first at a version where a site does not apply yet (a
     pre-release nightly) and then at a release where it does: no stale memo."""
-    from forgepatch.blobcache import BlobCache
+    from forgepatch.fork.blobcache import BlobCache
     from forgepatch.config import load_matrix
-    from forgepatch.drift import scan
+    from forgepatch.fork.drift import scan
     from forgepatch.paths import SHIPPED_PATCHES
 
     repo = nightly_clone

@@ -31,7 +31,7 @@ def test_pin_add_rev_records_full_sha_and_version_keeping_layout(nightlies_repo,
 
 
 def test_pin_add_pypi_records_wheel_sha256(tmp_path, capsys):
-    from forgepatch.pins import pypi_wheel
+    from forgepatch.fork.pins import pypi_wheel
 
     config = write_matrix(tmp_path)
     rc, out, err = run_inprocess(capsys, "--config", config, "pin", "add", "rel", "--pypi", "0.5.10", "--json")

@@ -104,10 +104,10 @@ def test_image_runs_the_overlay_and_the_probe(builds, built, arch, token):
 
 
 def test_probe_module_runs_in_the_image(builds, built):
-    """``python3 -m forgepatch.smoke.probe --help`` inside the image (the base has no torch)."""
+    """``python3 -m forgepatch.inimage.probe --help`` inside the image (the base has no torch)."""
     assert (PROBE_SRC / "smoke" / "probe.py").is_file()
     spec, _ = built["sm120"]
-    out = run_in(builds.client, spec.tag, "python3 -m forgepatch.smoke.probe --help; echo rc=$?")
+    out = run_in(builds.client, spec.tag, "python3 -m forgepatch.inimage.probe --help; echo rc=$?")
     assert out.rstrip().endswith("rc=0"), out
 
 

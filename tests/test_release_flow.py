@@ -101,7 +101,7 @@ def test_release_tags_the_validated_combination(world):
     assert sorted(entry["profiles"]) == ["gate", "ok"] and all(p["status"] == "pass" for p in entry["profiles"].values())
     assert entry["results"][0]["sha256"] == results_sha
     assert (w.ledger.parent / entry["results"][0]["archive"]).read_bytes() == results.read_bytes()
-    from forgepatch.ledger import chain_problem
+    from forgepatch.release.ledger import chain_problem
 
     assert entry["prev"] == "" and chain_problem(doc["releases"]) is None
 
@@ -222,7 +222,7 @@ def test_an_interrupted_release_is_rolled_back_or_completed(world, monkeypatch):
 
     # the ledger write fails after the tag was made: the tag and the image tag are rolled back
     from forgepatch.cli import main
-    from forgepatch.ledger import Ledger
+    from forgepatch.release.ledger import Ledger
 
     def disk_full(self, entry):
         raise OSError(28, "No space left on device")

@@ -15,7 +15,7 @@ import pytest
 from support.release_world import ROOT, cli
 
 from forgepatch.errors import BadInput, Failure
-from forgepatch.ledger import FORMAT, Ledger, chain_problem
+from forgepatch.release.ledger import FORMAT, Ledger, chain_problem
 
 
 def entry(n: int, pin: str = "p23", arch: str = "sm120") -> dict:
@@ -63,7 +63,7 @@ def test_a_failed_write_leaves_the_old_ledger_and_no_temp_file(tmp_path, monkeyp
 
 def test_concurrent_writers_lose_no_entry(tmp_path):
     path = tmp_path / "ledger.json"
-    code = ("import sys\nfrom forgepatch.ledger import Ledger\nbook = Ledger(sys.argv[1])\n"
+    code = ("import sys\nfrom forgepatch.release.ledger import Ledger\nbook = Ledger(sys.argv[1])\n"
             "for i in range(5):\n    with book.lock():\n"
             "        book.append({'tag': f't{sys.argv[2]}-{i}', 'pin': 'p', 'arch': 'a', 'commit': 'c'})\n")
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))

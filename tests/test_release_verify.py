@@ -50,7 +50,7 @@ def mismatch(w: World) -> str:
 
 
 def rewrite_ledger(w: World, edit, rehash: bool) -> None:
-    from forgepatch.ledger import entry_digest
+    from forgepatch.release.ledger import entry_digest
 
     doc = json.loads(w.ledger.read_text())
     edit(doc["releases"][-1])

@@ -8,8 +8,8 @@ import os
 import signal
 import time
 
-from forgepatch.smoke.harness import PhaseTracker, RankGroup, rank_check_result, run_check
-from forgepatch.smoke.probe_result import FAIL, PASS
+from forgepatch.inimage.harness import PhaseTracker, RankGroup, rank_check_result, run_check
+from forgepatch.inimage.probe_result import FAIL, PASS
 
 
 class Recorder:
@@ -186,7 +186,7 @@ def env_rank(rank, world, params, reporter):
 
 
 def injected_rank(rank, world, params, reporter):
-    from forgepatch.smoke.probe_checks import _FaultInjectingReporter
+    from forgepatch.inimage.probe_checks import _FaultInjectingReporter
 
     reporter = _FaultInjectingReporter(reporter, rank, params["inject"])
     reporter.phase("init")
@@ -204,7 +204,7 @@ def test_fault_injector_hangs_or_crashes_the_named_rank_at_the_named_phase():
 def test_fault_injector_rejects_a_bad_spec():
     import pytest
 
-    from forgepatch.smoke.probe_checks import _FaultInjectingReporter
+    from forgepatch.inimage.probe_checks import _FaultInjectingReporter
 
     for spec in ("explode@1:capture", "hang@x:capture", "hang@1", "hang"):
         with pytest.raises(ValueError):

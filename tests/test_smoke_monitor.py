@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from forgepatch.smoke.monitor import LineSplitter, Monitor, triage_lines
+from forgepatch.inimage.monitor import LineSplitter, Monitor, triage_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = ROOT / "tests" / "support" / "fake_sglang_server.py"

@@ -1,4 +1,4 @@
-"""The probe as a process: ``python -m forgepatch.smoke.probe`` and ``forgepatch probe``.
+"""The probe as a process: ``python -m forgepatch.inimage.probe`` and ``forgepatch probe``.
 
 CI has no GPU: the probe must answer no-gpu with exit 3 and a JSON document. Device-dependent
 decisions are exercised against tests/support/fake_torch, a named test double of torch.
@@ -28,7 +28,7 @@ def _env(*front: Path, **extra: str) -> dict[str, str]:
 
 
 def probe(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "forgepatch.smoke.probe", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "forgepatch.inimage.probe", *args], capture_output=True,
                           text=True, env=env or _env(), timeout=120)
 
 
@@ -159,7 +159,7 @@ def test_forgepatch_probe_bad_input_exit_2(args, message):
 
 
 def test_probe_module_imports_only_stdlib_and_forgepatch():
-    code = ("import sys, forgepatch.smoke.probe, forgepatch.smoke.runners, forgepatch.smoke.probe_checks; "
+    code = ("import sys, forgepatch.inimage.probe, forgepatch.smoke.runners, forgepatch.inimage.probe_checks; "
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
             "('torch', 'typer', 'rich', 'click', 'libcst', 'git', 'docker', 'pydantic', 'tomlkit')); print(bad)")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=60)

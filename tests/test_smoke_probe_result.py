@@ -9,7 +9,7 @@ import math
 import pytest
 
 from forgepatch.arch import ARCHES
-from forgepatch.smoke.probe_result import (
+from forgepatch.inimage.probe_result import (
     BF16_VS_EAGER, EXACT, EXIT_CODES, FAIL, INCOMPATIBLE, NO_GPU, PASS, SCHEMA, CheckResult,
     Tolerance, aggregate_verdict, assess_devices, build_document, format_summary, signature_of,
 )

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from forgepatch.smoke.jobs import JobSpec, RunOutcome, extract_json, judge
-from forgepatch.smoke.monitor import triage_lines
+from forgepatch.inimage.monitor import triage_lines
 from support.smoke_matrix import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]

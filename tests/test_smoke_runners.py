@@ -11,7 +11,7 @@ import time
 
 import threading
 
-from forgepatch.smoke.process import follow_session, start_session
+from forgepatch.inimage.process import follow_session, start_session
 from forgepatch.smoke.runners import ProcessResult, parse_document, probe_command, probe_env, run_local
 
 
@@ -114,7 +114,7 @@ def test_parse_document_tolerates_chatter_before_the_document():
 
 def test_probe_command_and_env():
     cmd = probe_command(arch="sm90", gpus=2, replays=5, deadline=30.0, python="python3")
-    assert cmd == ["python3", "-m", "forgepatch.smoke.probe", "--json", "--gpus", "2", "--arch", "sm90",
+    assert cmd == ["python3", "-m", "forgepatch.inimage.probe", "--json", "--gpus", "2", "--arch", "sm90",
                    "--replays", "5", "--deadline", "30.0"]
     env = probe_env({"PYTHONPATH": "/x", "NCCL_NVLS_ENABLE": "1"})
     assert env["PYTHONPATH"].split(os.pathsep)[1] == "/x"

@@ -1,4 +1,4 @@
-"""SGLang server tier (forgepatch.smoke.server) against the stand-in server (a labelled test
+"""SGLang server tier (forgepatch.inimage.server) against the stand-in server (a labelled test
 double: tests/support/fake_sglang_server.py), through the local runner and the CLI."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from support.smoke_matrix import SCHEDULER, FAKE, ROOT, profile, processes_with, run_cli, write_matrix
 
-DRIVER = [sys.executable, "-m", "forgepatch.smoke.server", "--model-path", "/models/fake", "--launch", f"{sys.executable} {FAKE}"]
+DRIVER = [sys.executable, "-m", "forgepatch.inimage.server", "--model-path", "/models/fake", "--launch", f"{sys.executable} {FAKE}"]
 
 
 def drive(*flags, env=None, timeout="20", extra=()):

@@ -14,7 +14,7 @@ wall() {  # NAME STDOUT-FILE COMMAND...: run it, stderr to the log, exit code an
   echo "$name rc=$rc wall_s=$(python3 -c "print(round($e-$s, 3))")" >>"$T"
 }
 { date -u; nvidia-smi -L; nvidia-smi --query-gpu=driver_version --format=csv,noheader; python3 --version; } >>"$T" 2>&1
-P="python3 -m forgepatch.smoke.probe"
+P="python3 -m forgepatch.inimage.probe"
 wall probe_run1_cold "$OUT/h200x1.json" $P --json --arch sm90
 wall import_torch /dev/null python3 -c 'import torch'
 wall probe_run2 "$OUT/h200x1-run2.json" $P --json --arch sm90

@@ -14,7 +14,7 @@ wall() {  # NAME STDOUT-FILE COMMAND...: run it, stderr to the log, exit code an
   echo "$name rc=$rc wall_s=$(python3 -c "print(round($e-$s, 3))")" >>"$T"
 }
 { date -u; nvidia-smi -L; nvidia-smi topo -m; python3 --version; } >>"$T" 2>&1
-P="python3 -m forgepatch.smoke.probe"
+P="python3 -m forgepatch.inimage.probe"
 wall probe_x2_run1_cold "$OUT/h200x2.json" $P --json --arch sm90 --gpus 2
 wall probe_x2_run2 "$OUT/h200x2-run2.json" $P --json --arch sm90 --gpus 2
 wall probe_x2_gpus1 "$OUT/h200x2-gpus1.json" $P --json --arch sm90

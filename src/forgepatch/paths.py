@@ -1,14 +1,33 @@
-"""Where forgepatch keeps caches and finds its shipped data."""
+"""Where forgepatch keeps caches and finds what it ships.
+
+``matrix.toml``, ``patches/`` and ``dockerfiles/`` are real directories at the top of the
+source tree; the package build copies them into the wheel as ``forgepatch/data/...``
+(``[tool.hatch.build.targets.wheel.force-include]`` in pyproject.toml). An installed wheel
+finds them there, a source checkout (editable install, ``PYTHONPATH=src``) at its top.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-DATA_DIR = Path(__file__).parent / "data"
-SHIPPED_MATRIX = DATA_DIR / "matrix.toml"
-SHIPPED_PATCHES = DATA_DIR / "patches"
-SHIPPED_DOCKERFILE = DATA_DIR / "dockerfiles" / "Dockerfile"
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def _shipped_root() -> Path:
+    built = PACKAGE_DIR / "data"
+    if (built / "matrix.toml").is_file():  # a built wheel (force-included)
+        return built
+    return PACKAGE_DIR.parents[1]  # a source checkout: <repo>/src/forgepatch
+
+
+SHIPPED_ROOT = _shipped_root()
+SHIPPED_MATRIX = SHIPPED_ROOT / "matrix.toml"
+SHIPPED_PATCHES = SHIPPED_ROOT / "patches"
+SHIPPED_DOCKERFILES = SHIPPED_ROOT / "dockerfiles"
+SHIPPED_DOCKERFILE = SHIPPED_DOCKERFILES / "Dockerfile"
+IMAGE_INSTALLER = SHIPPED_DOCKERFILES / "install.py"
+INIT_MATRIX = PACKAGE_DIR / "templates" / "init-matrix.toml"
 
 
 def cache_dir(*parts: str) -> Path:

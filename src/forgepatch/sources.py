@@ -105,7 +105,7 @@ def pypi_tree(version: str) -> SourceTree:
 # -- git ----------------------------------------------------------------------------------
 def git_tree(spec: str, package_dir: str = "python/sglang") -> SourceTree:
     """``PATH_OR_URL@REV``: export the package at REV from git objects (no checkout touched)."""
-    from forgepatch.gitrepo import GitRepo
+    from forgepatch.fork.gitrepo import GitRepo
 
     where, sep, rev = spec.rpartition("@")
     if not sep or not where or not rev:

@@ -21,7 +21,7 @@ def pin_add(
     json_out: bool = typer.Option(False, "--json", help="Print the pin as JSON."),
 ) -> None:
     """Add a pin to matrix.toml, resolved so builds are reproducible."""
-    from forgepatch.pins import add_pin, editable_config
+    from forgepatch.fork.pins import add_pin, editable_config
 
     config = editable_config(STATE.config_path)
     row = add_pin(config, name, rev=rev, pypi=pypi, repo=repo)
@@ -36,7 +36,7 @@ def pin_list(json_out: bool = typer.Option(False, "--json", help="Print the pins
     """List the pins of matrix.toml with what they resolve to."""
     from forgepatch.config import load_matrix
     from forgepatch.paths import default_config
-    from forgepatch.pins import list_pins
+    from forgepatch.fork.pins import list_pins
 
     rows = list_pins(load_matrix(default_config(STATE.config_path)))
     if json_out:
@@ -60,7 +60,7 @@ def fork_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Create or refresh branch forgepatch/ARCH/PIN: REV plus one commit per applied patch."""
-    from forgepatch.fork import fork
+    from forgepatch.fork.fork import fork
 
     # no blob cache here: fork needs the patched text of every file, not only statuses
     result = fork(repo, arch, rev, pin, STATE.matrix(), STATE.patches())
@@ -113,13 +113,13 @@ def drift_cmd(
     rev_list = [r.strip() for r in revs.split(",") if r.strip()] if revs else None
     if revs is not None and not rev_list:
         raise BadInput("--revs: no revisions given")
-    from forgepatch.drift import render_markdown, render_table, scan
+    from forgepatch.fork.drift import render_markdown, render_table, scan
 
     matrix = STATE.matrix()
     if no_cache:
         report = scan(repo, arch, matrix, STATE.patches(), rev_list, since, every, until, cache=None)
     else:
-        from forgepatch.blobcache import BlobCache
+        from forgepatch.fork.blobcache import BlobCache
 
         with BlobCache() as cache:
             report = scan(repo, arch, matrix, STATE.patches(), rev_list, since, every, until, cache=cache)
@@ -143,7 +143,7 @@ def init_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print the files written as JSON."),
 ) -> None:
     """Scaffold matrix.toml, patches/ and dockerfiles/ (never overwrites a file)."""
-    from forgepatch.init import init
+    from forgepatch.fork.init import init
 
     written = init(directory)
     if json_out:

@@ -25,7 +25,7 @@ def register(app: typer.Typer) -> None:
 
         from forgepatch.cli._state import console, print_json
         from forgepatch.errors import BadInput, Failure
-        from forgepatch.smoke.probe_result import format_summary
+        from forgepatch.inimage.probe_result import format_summary
         from forgepatch.smoke.runners import probe_command, probe_env, run_local
 
         if arch:

@@ -25,7 +25,7 @@ def _plain_matrix():
 def _ledger(matrix, explicit: Path | None):
     """``--ledger``, else ``[release] ledger`` relative to matrix.toml's directory (the
     working directory when the shipped default matrix is in use)."""
-    from forgepatch.ledger import Ledger
+    from forgepatch.release.ledger import Ledger
     from forgepatch.paths import SHIPPED_MATRIX
 
     if explicit is not None:

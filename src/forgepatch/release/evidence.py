@@ -14,12 +14,12 @@ from typing import Any
 
 from forgepatch.errors import BadInput, Failure
 # the fork branch and its trailers, as `forgepatch fork` writes them (re-exported for release)
-from forgepatch.fork import TRAILER_ARCH, TRAILER_PATCHSET, TRAILER_UPSTREAM, branch_name  # noqa: F401
-from forgepatch.gitrepo import GitError
-from forgepatch.gitrepo import git, parse_trailers
+from forgepatch.fork.fork import TRAILER_ARCH, TRAILER_PATCHSET, TRAILER_UPSTREAM, branch_name  # noqa: F401
+from forgepatch.fork.gitrepo import GitError
+from forgepatch.fork.gitrepo import git, parse_trailers
 from forgepatch.images.spec import HASH_LABEL as LABEL_CONTEXT_HASH
 from forgepatch.images.spec import tag_safe  # the builder's spelling of a pin in a tag
-from forgepatch.ledger import sha256_bytes
+from forgepatch.release.ledger import sha256_bytes
 
 # written by `forgepatch build` (forgepatch.images.spec): image labels
 LABEL_ARCH = "forgepatch.arch"

@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from forgepatch.errors import BadInput, Failure
-from forgepatch.ledger import Ledger, chain_problem
+from forgepatch.release.ledger import Ledger, chain_problem
 from forgepatch.release import evidence as ev
 from forgepatch.release.combination import Combination, Evaluation, Inputs, Reason, evaluate, identity, pairs
 

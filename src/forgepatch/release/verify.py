@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from forgepatch.errors import BadInput
-from forgepatch.ledger import Ledger, chain_problem, sha256_bytes
+from forgepatch.release.ledger import Ledger, chain_problem, sha256_bytes
 from forgepatch.release import evidence as ev
 from forgepatch.release.publish import entry_identity, tag_identity
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from forgepatch.errors import BadInput
 from forgepatch.smoke.jobs import JobSpec, LogSink, RunOutcome
-from forgepatch.smoke.monitor import LineSplitter
+from forgepatch.inimage.monitor import LineSplitter
 
 LABEL = "forgepatch.smoke"
 OWNER = "forgepatch.owner"  # host:pid of the forgepatch process that made it

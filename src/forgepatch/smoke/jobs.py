@@ -17,8 +17,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Protocol
 
-from forgepatch.smoke.monitor import Event, Monitor, Triage, extract_json, with_probe_verdict
-from forgepatch.smoke.process import follow_session, start_session
+from forgepatch.inimage.monitor import Event, Monitor, Triage, extract_json, with_probe_verdict
+from forgepatch.inimage.process import follow_session, start_session
 
 FAILING = ("fail", "timeout", "error", "interrupted")
 

@@ -18,7 +18,7 @@ from typing import Callable
 from forgepatch.errors import BadInput
 from forgepatch.smoke.jobs import JobResult, JobSpec, Runner, judge
 
-PROBE_COMMAND = ["python3", "-m", "forgepatch.smoke.probe", "--json"]
+PROBE_COMMAND = ["python3", "-m", "forgepatch.inimage.probe", "--json"]
 
 
 def combos(matrix) -> list[tuple[str, str, str]]:
@@ -78,7 +78,7 @@ def job_spec(matrix, arch: str, pin: str, profile: str, image: str | None = None
     else:
         if not matrix.smoke.model:
             raise BadInput(f"profile {profile!r} runs an SGLang server but [smoke] model is not set")
-        command = ["python3", "-m", "forgepatch.smoke.server", "--model-path", matrix.smoke.model,
+        command = ["python3", "-m", "forgepatch.inimage.server", "--model-path", matrix.smoke.model,
                    "--launch", matrix.smoke.server_command, "--timeout", f"{prof.timeout_s - min(30.0, max(1.0, prof.timeout_s / 10)):g}"]
         if pin_cfg.markers:
             command += ["--markers", json.dumps(pin_cfg.markers)]
@@ -91,7 +91,7 @@ def job_spec(matrix, arch: str, pin: str, profile: str, image: str | None = None
 
 
 def validate_markers(specs: list[JobSpec]) -> None:
-    from forgepatch.smoke.signatures import with_overrides
+    from forgepatch.inimage.signatures import with_overrides
 
     for spec in specs:
         try:

@@ -2,7 +2,7 @@
 stdout and stderr line by line, enforce a timeout, and parse the JSON document it prints.
 
 For hosts without Docker (like the lent GPU machines). Starting, streaming and stopping the
-process tree is ``forgepatch.smoke.process`` (shared with the smoke matrix's local runner in
+process tree is ``forgepatch.inimage.process`` (shared with the smoke matrix's local runner in
 ``forgepatch.smoke.jobs``); this module adds the probe's command line, environment and result.
 Standard library only.
 """
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from forgepatch.smoke.process import LineCallback, follow_session, start_session
+from forgepatch.inimage.process import LineCallback, follow_session, start_session
 
 
 @dataclass
@@ -47,7 +47,7 @@ class ProcessResult:
 def parse_document(stdout: str) -> dict[str, Any] | None:
     """The JSON object a job printed on stdout (the same rule ``forgepatch smoke`` uses:
     the last object starting at a line start; chatter before or after it is ignored)."""
-    from forgepatch.smoke.monitor import extract_json
+    from forgepatch.inimage.monitor import extract_json
 
     return extract_json(stdout)
 
@@ -101,7 +101,7 @@ def run_local(
 def probe_command(*, arch: str | None = None, gpus: int = 1, replays: int | None = None,
                   deadline: float | None = None, python: str | None = None) -> list[str]:
     """The command line that runs the probe with this interpreter, asking for JSON."""
-    cmd = [python or sys.executable, "-m", "forgepatch.smoke.probe", "--json", "--gpus", str(gpus)]
+    cmd = [python or sys.executable, "-m", "forgepatch.inimage.probe", "--json", "--gpus", str(gpus)]
     if arch:
         cmd += ["--arch", arch]
     if replays is not None:

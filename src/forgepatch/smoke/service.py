@@ -147,7 +147,7 @@ def read_log(path: str) -> tuple[list[str], str | None]:
 
 
 def triage(path: str, markers: dict | None = None, context: int = 3):
-    from forgepatch.smoke.monitor import triage_lines
+    from forgepatch.inimage.monitor import triage_lines
 
     lines, log_path = read_log(path)
     try:

@@ -47,7 +47,7 @@ def editable_config(explicit: Path | None) -> Path:
 # -- resolving -----------------------------------------------------------------------------
 def resolve_rev(repo_path: Path, rev: str, package_dir: str) -> tuple[str, str | None]:
     """(full SHA, package version at that commit or None)."""
-    from forgepatch.gitrepo import GitRepo
+    from forgepatch.fork.gitrepo import GitRepo
 
     with GitRepo(repo_path) as repo:
         sha = repo.resolve(rev)

@@ -13,7 +13,7 @@ import os
 import time
 from typing import Any, Callable
 
-from forgepatch.smoke.probe_result import BF16_VS_EAGER, BF16_VS_FP32, EXACT, Tolerance
+from forgepatch.inimage.probe_result import BF16_VS_EAGER, BF16_VS_FP32, EXACT, Tolerance
 
 # The GPU machines share NVLink hosts; multicast (NVLS) must stay off (see DESIGN.md §5).
 NCCL_SAFE_ENV = {

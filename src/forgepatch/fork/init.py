@@ -11,9 +11,9 @@ from pathlib import Path
 
 from forgepatch.atomic import write_atomic
 from forgepatch.errors import BadInput, Failure
+from forgepatch.paths import INIT_MATRIX
 
 EXAMPLE_PATCH = "sm120-flashinfer-allreduce-fusion"
-MATRIX_TEMPLATE = Path(__file__).parent / "data" / "init" / "matrix.toml"
 
 
 def plan(dest: Path) -> dict[Path, Path]:
@@ -25,7 +25,7 @@ def plan(dest: Path) -> dict[Path, Path]:
         raise Failure(f"init: the shipped example patch {EXAMPLE_PATCH} is missing from {SHIPPED_PATCHES}")
     if not SHIPPED_DOCKERFILE.is_file():
         raise Failure(f"init: the shipped Dockerfile is missing ({SHIPPED_DOCKERFILE})")
-    files = {dest / "matrix.toml": MATRIX_TEMPLATE}
+    files = {dest / "matrix.toml": INIT_MATRIX}
     for src in sources:
         files[dest / "patches" / src.name] = src
     files[dest / "dockerfiles" / "Dockerfile"] = SHIPPED_DOCKERFILE

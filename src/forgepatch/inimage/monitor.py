@@ -22,7 +22,7 @@ from collections import deque
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, Iterable
 
-from forgepatch.smoke.signatures import (
+from forgepatch.inimage.signatures import (
     PROBE_PHASE,
     SIGNATURE_BY_ID,
     START_STAGE,

@@ -20,7 +20,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from forgepatch.smoke.probe_result import FAIL, PASS, CheckResult, signature_of
+from forgepatch.inimage.probe_result import FAIL, PASS, CheckResult, signature_of
 
 LOG_PREFIX = "[forgepatch-probe]"
 

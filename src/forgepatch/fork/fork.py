@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from forgepatch.errors import BadInput
-from forgepatch.gitrepo import GitError, GitRepo, git
+from forgepatch.fork.gitrepo import GitError, GitRepo, git
 
 TRAILER_PATCH = "Forgepatch-Patch"
 TRAILER_ARCH = "Forgepatch-Arch"
@@ -264,7 +264,7 @@ def _same_series(repo: GitRepo, upstream: str, old: str, new: str) -> bool:
 
 
 def _existing_commits(repo: GitRepo, upstream: str, head: str) -> list[ForkCommit]:
-    from forgepatch.gitrepo import parse_trailers
+    from forgepatch.fork.gitrepo import parse_trailers
 
     out = git(repo.root, "log", "--first-parent", "--reverse", "--name-only", "--format=%x1e%H%x00%B%x00", f"{upstream}..{head}")
     commits = []

@@ -3,7 +3,7 @@
 Runs where the server runs (inside the image, network ``none`` is fine: everything is on
 127.0.0.1), stdlib only::
 
-    python3 -m forgepatch.smoke.server --model-path /models/X [--timeout 1800] -- "--tp-size 8" "--ep-size 8"
+    python3 -m forgepatch.inimage.server --model-path /models/X [--timeout 1800] -- "--tp-size 8" "--ep-size 8"
 
 It relays the server's log unchanged on stdout and adds its own ``[forgepatch-server] ...``
 lines, which the host-side monitor reads like any other marker. **Ready** means the CUDA graph
@@ -30,9 +30,9 @@ import time
 import urllib.error
 import urllib.request
 
-from forgepatch.smoke.monitor import Monitor
-from forgepatch.smoke.process import pump_lines, stop_group
-from forgepatch.smoke.signatures import SIGNATURES
+from forgepatch.inimage.monitor import Monitor
+from forgepatch.inimage.process import pump_lines, stop_group
+from forgepatch.inimage.signatures import SIGNATURES
 
 # Errors after which a still-running server is considered hung (tracebacks can be benign).
 FATAL = frozenset(s.id for s in SIGNATURES if s.rank >= 50 or s.id == "sigquit")
@@ -209,7 +209,7 @@ class Driver:
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    p = argparse.ArgumentParser(prog="python -m forgepatch.smoke.server", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m forgepatch.inimage.server", description=__doc__.split("\n\n")[0])
     p.add_argument("--model-path", required=True)
     p.add_argument("--launch", default=os.environ.get("FORGEPATCH_SGLANG_LAUNCH", DEFAULT_LAUNCH),
                    help="server command (default: this python -m sglang.launch_server)")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from forgepatch.errors import BadInput
-from forgepatch.gitrepo import GitRepo
+from forgepatch.fork.gitrepo import GitRepo
 
 SHORT = {
     "applied": "applies",

@@ -9,7 +9,7 @@ session when the job ends. ``forgepatch probe`` (``runners.run_local``) and the 
 runner (``jobs.LocalRunner``) both run jobs this way.
 
 ``stop_group`` is for the one process that must stay inside its caller's session: the SGLang
-server that ``forgepatch.smoke.server`` starts in its own process group, so that the job's
+server that ``forgepatch.inimage.server`` starts in its own process group, so that the job's
 session sweep still reaches it if the driver dies.
 """
 
