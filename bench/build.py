@@ -28,6 +28,7 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
 from forgepatch.arch import get_arch  # noqa: E402
 from forgepatch.images.build import build_image, connect  # noqa: E402
 from forgepatch.images.prepare import build_context  # noqa: E402
+from forgepatch.combination import Upstream  # noqa: E402
 from forgepatch.images.spec import ImageSpec, SourceFacts  # noqa: E402
 from images_support import linked_copy, release_tree, rewrite  # noqa: E402
 
@@ -64,7 +65,7 @@ def main() -> int:
                     t0 = time.perf_counter()
                     ctx = build_context(ctx_dir, patched, pristine)
                     spec = ImageSpec(get_arch(args.arch), pin, repo, args.base_image, ctx,
-                                     SourceFacts("pypi:0.5.23", "0.5.23"), patchset=f"round{round_no}")
+                                     SourceFacts(Upstream("pypi", "0.5.23")), patchset=f"round{round_no}")
                     result = build_image(spec, api=api, force=force)
                     return time.perf_counter() - t0, result
 

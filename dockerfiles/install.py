@@ -1,7 +1,8 @@
 """Runs INSIDE the image build (stdlib only, Python >= 3.8): installs forgepatch's pieces.
 
-    install.py probe [--min-cuda X.Y]   make /opt/forgepatch/probe/python importable (.pth),
-                                        check the base's torch CUDA version if torch is there
+    install.py inimage [--min-cuda X.Y] make /opt/forgepatch/inimage/python (forgepatch.inimage
+                                        and what it imports) importable (.pth), check the
+                                        base's torch CUDA version if torch is there
     install.py upstream                 unpack the pin's unpatched sglang/ over the installed
                                         one, delete the files the patches delete, and link
                                         /opt/forgepatch/sglang -> that directory (the overlay
@@ -25,7 +26,7 @@ import sysconfig
 import tarfile
 
 ROOT = "/opt/forgepatch"
-PROBE_PATH = ROOT + "/probe/python"
+INIMAGE_PATH = ROOT + "/inimage/python"
 TARGET_RECORD = ROOT + "/sglang-target"
 LINK = ROOT + "/sglang"  # -> the installed sglang package dir; the overlay COPY goes through it
 
@@ -77,14 +78,14 @@ def drop_bytecode(directory: str, name: str) -> None:
                 os.remove(os.path.join(cache, pyc))
 
 
-def cmd_probe(min_cuda: str) -> None:
-    pth = os.path.join(site_packages(), "forgepatch-probe.pth")
+def cmd_inimage(min_cuda: str) -> None:
+    pth = os.path.join(site_packages(), "forgepatch-inimage.pth")
     with open(pth, "w") as fh:
-        fh.write(PROBE_PATH + "\n")
-    where = fresh_python("import forgepatch, os; print(os.path.realpath(forgepatch.__file__))")
-    if not where.startswith(PROBE_PATH + "/"):
-        fail("another forgepatch package (%s) shadows the probe in %s" % (where, PROBE_PATH))
-    print("forgepatch probe importable from %s (via %s)" % (PROBE_PATH, pth))
+        fh.write(INIMAGE_PATH + "\n")
+    where = fresh_python("import forgepatch.inimage, os; print(os.path.realpath(forgepatch.inimage.__file__))")
+    if not where.startswith(INIMAGE_PATH + "/"):
+        fail("another forgepatch package (%s) shadows the in-image one in %s" % (where, INIMAGE_PATH))
+    print("forgepatch.inimage importable from %s (via %s)" % (INIMAGE_PATH, pth))
     check_cuda(min_cuda)
 
 
@@ -156,11 +157,11 @@ def cmd_upstream() -> None:
 
 
 def main(argv: list[str]) -> None:
-    if not argv or argv[0] not in ("probe", "upstream"):
-        fail("usage: install.py probe [--min-cuda X.Y] | upstream")
-    if argv[0] == "probe":
+    if not argv or argv[0] not in ("inimage", "upstream"):
+        fail("usage: install.py inimage [--min-cuda X.Y] | upstream")
+    if argv[0] == "inimage":
         min_cuda = argv[2] if len(argv) > 2 and argv[1] == "--min-cuda" else ""
-        cmd_probe(min_cuda)
+        cmd_inimage(min_cuda)
     else:
         cmd_upstream()
 

@@ -16,8 +16,11 @@ import pytest
 from forgepatch.arch import get_arch
 from forgepatch.errors import Failure
 from forgepatch.images.build import BuildFailed, build_image
-from forgepatch.images.prepare import PROBE_SRC, build_context
+from forgepatch.combination import Upstream
+from forgepatch.images.context import image_files
+from forgepatch.images.prepare import build_context
 from forgepatch.images.spec import ImageSpec, SourceFacts
+from forgepatch.paths import PACKAGE_DIR
 from images_support import (
     containers_from, linked_copy, log_image_ids, make_wheel, release_tree, remove_intermediates, rewrite, run_in,
 )
@@ -43,7 +46,7 @@ class Builds:
     def spec(self, arch: str, *, package=None, wheels=(), base_image=None, name=None) -> ImageSpec:
         ctx = build_context(self.root / "ctx" / (name or arch), package or self.patched, self.pristine, list(wheels))
         return ImageSpec(get_arch(arch), self.pin, self.repo, base_image or self.base_image, ctx,
-                         SourceFacts("pypi:0.5.23", "0.5.23", "a" * 64), patchset="test-patchset")
+                         SourceFacts(Upstream("pypi", "0.5.23", "a" * 64)), patchset="test-patchset")
 
     def build(self, spec: ImageSpec, **kw):
         log = self.root / "logs" / f"{uuid.uuid4().hex[:6]}.log"
@@ -86,7 +89,7 @@ def test_image_runs_the_overlay_and_the_probe(builds, built, arch, token):
     assert out[0] == f"{SITE}/sglang/__init__.py"
     assert out[1] == f"ARCH={token}/{arch}"
     assert out[2] == "# forgepatch test edit"
-    assert out[3] == f"/opt/forgepatch/probe/python/forgepatch/arch.py {token}"
+    assert out[3] == f"/opt/forgepatch/inimage/python/forgepatch/arch.py {token}"
     assert out[4] == "LINK-OK"
 
     labels = builds.client.api.inspect_image(spec.tag)["Config"]["Labels"]
@@ -103,12 +106,33 @@ def test_image_runs_the_overlay_and_the_probe(builds, built, arch, token):
     assert spec.tag.endswith(f":{builds.pin}-{arch}-{spec.content_hash[:12]}")
 
 
-def test_probe_module_runs_in_the_image(builds, built):
-    """``python3 -m forgepatch.inimage.probe --help`` inside the image (the base has no torch)."""
-    assert (PROBE_SRC / "smoke" / "probe.py").is_file()
+IMPORT_ALL = """
+import importlib, pkgutil, sys, forgepatch.inimage as pkg
+names = sorted(m.name for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."))
+for name in names:
+    importlib.import_module(name)
+heavy = sorted(m for m in ("typer", "rich", "libcst", "git", "docker", "pydantic", "torch") if m in sys.modules)
+print("imported", len(names), "heavy", heavy)
+print("\\n".join(sorted(m.__file__ for n, m in sys.modules.items() if n.startswith("forgepatch"))))
+"""
+
+
+def test_every_inimage_module_imports_in_the_image(builds, built):
+    """Inside the image (base: Debian's python3, no torch, no forgepatch dependencies) every
+    module of ``forgepatch.inimage`` imports, pulling in only forgepatch files the image
+    carries; the probe and the server driver start."""
     spec, _ = built["sm120"]
-    out = run_in(builds.client, spec.tag, "python3 -m forgepatch.inimage.probe --help; echo rc=$?")
+    script = (f"python3 -c '{IMPORT_ALL}' && python3 -m forgepatch.inimage.probe --help >/dev/null "
+              "&& python3 -m forgepatch.inimage.server --help >/dev/null && python3 -m forgepatch.inimage.toolchain; echo rc=$?")
+    out = run_in(builds.client, spec.tag, script)
     assert out.rstrip().endswith("rc=0"), out
+    inimage = [p for p in image_files(PACKAGE_DIR) if p.startswith("inimage/") and not p.endswith("__init__.py")]
+    assert f"imported {len(inimage)} heavy []" in out
+    root = "/opt/forgepatch/inimage/python/forgepatch/"
+    loaded = [line.removeprefix(root) for line in out.splitlines() if line.startswith("/")]
+    assert loaded and all(line.startswith(root) for line in out.splitlines() if line.startswith("/")), out
+    assert set(loaded) <= set(image_files(PACKAGE_DIR))
+    assert "[forgepatch-toolchain] {" in out
 
 
 def test_unchanged_rebuild_is_a_cache_hit(builds, built):

@@ -13,10 +13,11 @@ import pytest
 from forgepatch.arch import get_arch
 from forgepatch.errors import BadInput
 from forgepatch.images.bake import bake_document, validate, write_bake
-from forgepatch.images.context import FIXED_MTIME, MANIFEST, UPSTREAM_TAR, assemble, probe_closure
-from forgepatch.images.prepare import INSTALLER, PROBE_SRC
-from forgepatch.images.spec import LABEL_ARGS, ImageSpec, SourceFacts
-from forgepatch.paths import SHIPPED_DOCKERFILE
+from forgepatch.combination import LABEL_ARG, Upstream
+from forgepatch.images.context import FIXED_MTIME, IMAGE_PREFIX, MANIFEST, UPSTREAM_TAR, assemble, image_files
+from forgepatch.images.spec import ImageSpec, SourceFacts
+from forgepatch.paths import IMAGE_INSTALLER, PACKAGE_DIR, SHIPPED_DOCKERFILE
+from support.imagecheck import image_import_problems
 from images_support import linked_copy, make_wheel, release_tree, rewrite
 
 CHANGED = "srt/layers/flashinfer_comm_fusion.py"
@@ -47,7 +48,7 @@ def _shared_tar_cache(tmp_path_factory):
 def _assemble(dest, package, upstream=None, **kw):
     kw.setdefault("tar_cache", _TAR_CACHE[0])
     return assemble(dest, package=package, upstream=upstream, dockerfile=SHIPPED_DOCKERFILE,
-                    installer=INSTALLER, probe_src=PROBE_SRC, **kw)
+                    installer=IMAGE_INSTALLER, package_dir=PACKAGE_DIR, **kw)
 
 
 def _tar_bytes(ctx) -> bytes:
@@ -64,7 +65,7 @@ def test_context_is_deterministic_and_splits_upstream_from_overlay(pristine, pat
     assert a.overlay_files == [CHANGED] and a.removed_files == []
     paths = [e.path for e in a.entries]
     assert paths == sorted(paths)
-    assert {"Dockerfile", "probe/install.py", "probe/python/forgepatch/arch.py", UPSTREAM_TAR,
+    assert {"Dockerfile", "inimage/install.py", "inimage/python/forgepatch/arch.py", UPSTREAM_TAR,
             f"overlay/sglang/{CHANGED}", "upstream/removed.txt", "wheels"} <= set(paths)
     assert not any(p.endswith((".pyc", MANIFEST)) or "__pycache__" in p for p in paths)
 
@@ -132,14 +133,21 @@ def test_unwritable_context_dir_is_bad_input_and_leaves_nothing(pristine, patche
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "patched"]
 
 
-def test_probe_ships_its_import_closure_and_nothing_heavier():
-    files = probe_closure(PROBE_SRC)
-    assert {"__init__.py", "arch.py", "errors.py", "smoke/__init__.py", "smoke/probe.py"} <= set(files)
-    assert "smoke/probe_result.py" in files  # imported by the probe
-    assert not [f for f in files if f.startswith(("cli/", "images/", "patching/")) or f == "config.py"]
-    for rel in files:
-        text = (PROBE_SRC / rel).read_text()
-        assert not re.search(r"^\s*(import|from)\s+(typer|rich|libcst|git|docker|pydantic)\b", text, re.M), rel
+def test_image_carries_the_whole_inimage_package_and_nothing_heavier(pristine, patched, tmp_path):
+    files = image_files(PACKAGE_DIR)
+    inimage = sorted(p.relative_to(PACKAGE_DIR).as_posix() for p in (PACKAGE_DIR / "inimage").glob("*.py"))
+    assert set(inimage) <= set(files) and {"__init__.py", "arch.py", "errors.py"} <= set(files)
+    assert not [f for f in files if not f.startswith("inimage/") and f not in ("__init__.py", "arch.py", "errors.py")]
+    # every module the image's files import is in the image, or stdlib / torch (never typer, libcst, ...)
+    assert image_import_problems(PACKAGE_DIR, files) == []
+    ctx = _assemble(tmp_path / "ctx", patched, pristine)
+    shipped = {e.path.removeprefix(IMAGE_PREFIX + "/") for e in ctx.entries if e.path.startswith(IMAGE_PREFIX + "/") and not e.is_dir}
+    assert shipped == set(files) == set(ctx.image_modules)
+
+
+def test_import_check_catches_a_module_left_out(tmp_path):
+    files = [f for f in image_files(PACKAGE_DIR) if f != "inimage/signatures.py"]
+    assert any("forgepatch.inimage.signatures" in p for p in image_import_problems(PACKAGE_DIR, files))
 
 
 def test_planted_token_in_a_package_file_is_refused(pristine, patched, tmp_path):
@@ -152,7 +160,7 @@ def test_planted_token_in_a_package_file_is_refused(pristine, patched, tmp_path)
 
 def _spec(ctx, arch="sm120", **kw) -> ImageSpec:
     return ImageSpec(get_arch(arch), "v0_5_23", "forgepatch-test/sglang", "forgepatch-test/base:bookworm", ctx,
-                     SourceFacts("pypi:0.5.23", "0.5.23", "0" * 64), **kw)
+                     SourceFacts(Upstream("pypi", "0.5.23", "0" * 64)), **kw)
 
 
 def test_spec_args_labels_and_tag(pristine, patched, tmp_path, monkeypatch):
@@ -168,8 +176,10 @@ def test_spec_args_labels_and_tag(pristine, patched, tmp_path, monkeypatch):
     assert labels["forgepatch.arch"] == "sm120" and labels["forgepatch.patchset"] == "p1"
     assert labels["forgepatch.context-hash"] == s120.content_hash
     assert labels["org.opencontainers.image.revision"] == "0" * 64
+    assert labels["forgepatch.upstream"] == "pypi:0.5.23" and labels["org.opencontainers.image.version"] == "0.5.23"
+    assert Upstream.from_labels(labels) == Upstream("pypi", "0.5.23", "0" * 64)
     args = s120.engine_args(labels)
-    assert all(args[arg] == labels.get(label, "") for label, arg in LABEL_ARGS.items())
+    assert all(args[arg] == labels.get(label, "") for label, arg in LABEL_ARG.items())
 
     monkeypatch.setenv("HF_TOKEN", "hf_plantedTOKENvalue1234567890")
     with pytest.raises(BadInput, match="looks like a secret"):
@@ -183,13 +193,13 @@ def test_dockerfile_reads_every_arch_arg_and_label():
     declared = {name for line in re.findall(r"^ARG (.+?)(?<!\\)$", text.replace("\\\n", " "), re.M)
                 for name in re.findall(r"([A-Z_]+)(?:=\S*)?", line)}
     assert set(get_arch("sm120").build_args()) | {"BASE_IMAGE"} <= declared
-    assert set(LABEL_ARGS.values()) <= declared
-    labelled = set(re.findall(r"([a-z][a-z0-9.-]+)=\"\$\{", text))
-    assert labelled == set(LABEL_ARGS)
-    for step in ("COPY wheels/", "COPY probe/", "COPY upstream/", "COPY overlay/sglang/"):
+    assert set(LABEL_ARG.values()) <= declared
+    labelled = dict(re.findall(r"([a-z][a-z0-9.-]+)=\"\$\{(\w+)\}\"", text))
+    assert labelled == LABEL_ARG  # the label table, label for label, arg for arg
+    for step in ("COPY wheels/", "COPY inimage/", "COPY upstream/", "COPY overlay/sglang/"):
         assert step in text
-    order = [text.index(s) for s in ("COPY wheels/", "COPY probe/", "COPY upstream/", "COPY overlay/sglang/", "LABEL ")]
-    assert order == sorted(order), "layer order: wheels < probe < upstream < overlay < labels"
+    order = [text.index(s) for s in ("COPY wheels/", "COPY inimage/", "COPY upstream/", "COPY overlay/sglang/", "LABEL ")]
+    assert order == sorted(order), "layer order: wheels < in-image code < upstream < overlay < labels"
 
 
 def test_bake_document_validates(pristine, patched, tmp_path):

@@ -1,8 +1,13 @@
-"""Atomic file writes: a temp file beside the target, then one rename (never half-written)."""
+"""Atomic file writes: a temp file beside the target, then one rename (never half-written).
+
+Every file forgepatch writes goes through ``write_atomic``: reports, results, pins, the
+ledger, bake files, build logs, build contexts, caches.
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Callable
@@ -14,29 +19,46 @@ def _default_mode() -> int:
     return 0o666 & ~umask
 
 
-def write_atomic(path: Path, data: bytes | str, *, validate: Callable[[Path], object] | None = None,
-                 durable: bool = False, exclusive: bool = False) -> None:
+def write_atomic(path: Path, data: bytes | str | Path, *, validate: Callable[[Path], object] | None = None,
+                 durable: bool = False, exclusive: bool = False, mode: int | None = None,
+                 mtime: float | None = None) -> None:
     """Write ``data`` to ``path`` atomically.
 
-    The file keeps the mode of the one it replaces (a new file gets the umask's default);
-    ``validate(tmp)`` may reject the new content before anything is replaced; ``durable``
-    fsyncs the data and the directory; ``exclusive`` refuses (FileExistsError) when ``path``
-    exists, without a window in which another writer could be overwritten.
+    ``data`` is bytes, text (UTF-8), or a file to copy (hard-linked when on the same disk: the
+    source must never change in place). The file keeps the mode of the one it replaces (a new
+    file gets the umask's default) unless ``mode`` is given; ``mtime`` fixes its modification
+    time; ``validate(tmp)`` may reject the new content before anything is replaced;
+    ``durable`` fsyncs the data and the directory; ``exclusive`` refuses (FileExistsError)
+    when ``path`` exists, without a window in which another writer could be overwritten.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data.encode("utf-8") if isinstance(data, str) else data)
+        if isinstance(data, Path):
+            os.close(fd)
+            os.unlink(tmp)
+            try:
+                os.link(data, tmp)
+            except OSError:
+                shutil.copyfile(data, tmp)
             if durable:
-                fh.flush()
-                os.fsync(fh.fileno())
-        try:
-            mode = path.stat().st_mode & 0o7777
-        except OSError:
-            mode = _default_mode()
+                with open(tmp, "rb+") as fh:
+                    os.fsync(fh.fileno())
+        else:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data.encode("utf-8") if isinstance(data, str) else data)
+                if durable:
+                    fh.flush()
+                    os.fsync(fh.fileno())
+        if mode is None:
+            try:
+                mode = path.stat().st_mode & 0o7777
+            except OSError:
+                mode = _default_mode()
         os.chmod(tmp, mode)
+        if mtime is not None:
+            os.utime(tmp, (mtime, mtime))
         if validate is not None:
             validate(Path(tmp))
         if exclusive:

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from forgepatch.arch import ARCHES
+from forgepatch.combination import DEFAULT_SMOKE_IMAGE
 from forgepatch.errors import BadInput, located
 
 
@@ -120,7 +121,7 @@ class Smoke(_Strict):
     # the server command the smoke driver launches (flags and --model-path are appended)
     server_command: str = "python3 -m sglang.launch_server"
     # the image a job runs in; {repo}, {arch}, {pin} are filled in (`--image` overrides)
-    image: str = "{repo}:{pin}-{arch}"
+    image: str = DEFAULT_SMOKE_IMAGE
     include: list[Rule] = Field(default_factory=list)
     exclude: list[Rule] = Field(default_factory=list)
     image_repo: str = "forgepatch/sglang"
@@ -178,6 +179,21 @@ class Matrix(_Strict):
         if name not in self.profiles:
             raise BadInput(f"--profile: unknown profile {name!r} (known: {', '.join(self.profiles)})")
         return self.profiles[name]
+
+    def pins_of(self, arch: str) -> list[str]:
+        """The pins ``arch`` is built for (``arches.<arch>.pins``, default every pin)."""
+        return list(self.arches[arch].pins or self.pins)
+
+    def combos(self) -> list[tuple[str, str, str]]:
+        """The smoke job set, (arch, pin, profile) in a stable order: each arch's profiles for
+        each of its pins, minus ``[[smoke.exclude]]`` matches, plus ``[[smoke.include]]``
+        matches (GitHub-matrix semantics; a rule's missing keys match anything configured)."""
+        base = [(a, p, prof) for a, cfg in self.arches.items() for p in self.pins_of(a) for prof in cfg.profiles]
+        kept = [c for c in base if not any(r.matches(*c) for r in self.smoke.exclude)]
+        everything = [(a, p, prof) for a in self.arches for p in self.pins for prof in self.profiles]
+        for rule in self.smoke.include:
+            kept += [c for c in everything if rule.matches(*c) and c not in kept]
+        return kept
 
     def profile_kind(self, name: str) -> str:
         """``server`` | ``probe`` | ``command`` (a profile named ``probe`` defaults to probe)."""

@@ -18,6 +18,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from forgepatch.atomic import write_atomic
 from forgepatch.errors import BadInput
 from forgepatch.paths import cache_dir
 
@@ -72,7 +73,7 @@ def wheel_sha256(wheel: Path) -> str:
     with wheel.open("rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             digest.update(chunk)
-    memo.write_text(digest.hexdigest())
+    write_atomic(memo, digest.hexdigest())
     return digest.hexdigest()
 
 
@@ -98,14 +99,14 @@ def pypi_tree(version: str) -> SourceTree:
             extract_py(wheel, Path(tmp))
             shutil.rmtree(package, ignore_errors=True)
             os.replace(Path(tmp) / PACKAGE, package)
-        (root / ".complete").write_text(sha)
+        write_atomic(root / ".complete", sha)
     return SourceTree(package, f"pypi:{version}", "pypi", version, sha, pristine=True)
 
 
 # -- git ----------------------------------------------------------------------------------
 def git_tree(spec: str, package_dir: str = "python/sglang") -> SourceTree:
     """``PATH_OR_URL@REV``: export the package at REV from git objects (no checkout touched)."""
-    from forgepatch.fork.gitrepo import GitRepo
+    from forgepatch.fork.gitrepo import GitRepo, clone_bare
 
     where, sep, rev = spec.rpartition("@")
     if not sep or not where or not rev:
@@ -113,18 +114,15 @@ def git_tree(spec: str, package_dir: str = "python/sglang") -> SourceTree:
     if not Path(where).exists():  # a URL: a bare clone in the cache, made once
         clone = cache_dir("git", hashlib.sha256(where.encode()).hexdigest()[:16])
         if not (clone / "HEAD").exists():
-            proc = subprocess.run(["git", "clone", "-q", "--bare", where, str(clone)], capture_output=True, text=True)
-            if proc.returncode != 0:
+            try:
+                clone_bare(where, clone)
+            except BadInput:
                 shutil.rmtree(clone, ignore_errors=True)
-                last = (proc.stderr.strip().splitlines() or ["failed"])[-1]
-                raise BadInput(f"--source: cannot clone {where}: {last}")
+                raise
         where_path = clone
     else:
         where_path = Path(where)
-    try:
-        repo = GitRepo(where_path)
-    except BadInput:
-        raise BadInput(f"--source: {where} is not a git repository") from None
+    repo = GitRepo(where_path, flag="--source")
     try:
         commit = repo.resolve(rev)
     except BadInput:
@@ -148,7 +146,7 @@ def git_tree(spec: str, package_dir: str = "python/sglang") -> SourceTree:
                     target.write_bytes(tree.read(rel))
             shutil.rmtree(root / PACKAGE, ignore_errors=True)
             os.replace(Path(tmp) / PACKAGE, root / PACKAGE)
-        (root / ".complete").write_text(commit)
+        write_atomic(root / ".complete", commit)
     version = tree.version()
     repo.close()
     return SourceTree(root / PACKAGE, f"git:{where}@{commit[:12]}", "git", version, commit, True)

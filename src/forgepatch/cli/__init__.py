@@ -1,7 +1,9 @@
 """The ``forgepatch`` command line: thin typer commands over the services.
 
-Each ``cli/<area>.py`` registers its commands; command bodies import their services lazily
-so ``forgepatch --help`` never loads libcst, git or docker.
+Each ``cli/<area>.py`` defines its commands as plain functions and registers them in
+``register(app)``; command bodies import their services lazily so ``forgepatch --help`` never
+loads libcst, git, docker or pydantic. Every command loads matrix.toml through
+``_state.STATE.matrix()``.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import typer
 
 from forgepatch.cli import _state
 
-app = typer.Typer(rich_markup_mode=None, 
+app = typer.Typer(
+    rich_markup_mode=None,
     name="forgepatch",
     help="Carry architecture patches for SGLang forks as codemods; build, smoke-test and release them.",
     no_args_is_help=True,
@@ -40,9 +43,10 @@ def _register() -> None:
     from forgepatch.cli import fork as _fork
     from forgepatch.cli import probe as _probe
     from forgepatch.cli import release as _release
+    from forgepatch.cli import results as _results
     from forgepatch.cli import smoke as _smoke
 
-    for module in (_apply, _build, _fork, _probe, _smoke, _release):
+    for module in (_apply, _build, _fork, _probe, _smoke, _results, _release):
         module.register(app)
 
 

@@ -24,12 +24,14 @@ class State:
             raise BadInput(f"--patches: {path} is not a directory")
         return path
 
-    def matrix(self):
-        """The validated matrix (patch names checked against the patch dir)."""
+    def matrix(self, check_patches: bool = True):
+        """THE matrix loader of every command: ``--config``, else ./matrix.toml, else the
+        shipped one, validated; ``check_patches`` also checks the patch names against the
+        patch dir (commands that read no patches skip it)."""
         from forgepatch.config import load_matrix
         from forgepatch.paths import default_config
 
-        return load_matrix(default_config(self.config_path), self.patches())
+        return load_matrix(default_config(self.config_path), self.patches() if check_patches else None)
 
 
 STATE = State()

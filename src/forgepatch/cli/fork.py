@@ -34,11 +34,9 @@ def pin_add(
 @pin_app.command("list")
 def pin_list(json_out: bool = typer.Option(False, "--json", help="Print the pins as JSON.")) -> None:
     """List the pins of matrix.toml with what they resolve to."""
-    from forgepatch.config import load_matrix
-    from forgepatch.paths import default_config
     from forgepatch.fork.pins import list_pins
 
-    rows = list_pins(load_matrix(default_config(STATE.config_path)))
+    rows = list_pins(STATE.matrix(check_patches=False))
     if json_out:
         print_json([r.to_json() for r in rows])
         return

@@ -14,19 +14,11 @@ _STYLE = {"released": "green", "recorded": "green", "unchanged": "cyan", "would-
           "refused": "bold red", "skipped": "dim"}
 
 
-def _plain_matrix():
-    """matrix.toml without checking patch names (verify/status read no patches)."""
-    from forgepatch.config import load_matrix
-    from forgepatch.paths import default_config
-
-    return load_matrix(default_config(STATE.config_path))
-
-
 def _ledger(matrix, explicit: Path | None):
     """``--ledger``, else ``[release] ledger`` relative to matrix.toml's directory (the
     working directory when the shipped default matrix is in use)."""
-    from forgepatch.release.ledger import Ledger
     from forgepatch.paths import SHIPPED_MATRIX
+    from forgepatch.release.ledger import Ledger
 
     if explicit is not None:
         return Ledger(explicit)
@@ -51,7 +43,7 @@ def _release(
     """Tag validated combinations: annotated git tag, `validated` image tag, ledger entry."""
     from forgepatch.errors import BadInput, Failure
     from forgepatch.release import evidence
-    from forgepatch.release.combination import Inputs
+    from forgepatch.release.check import Inputs
     from forgepatch.release.publish import release
 
     matrix = STATE.matrix()
@@ -65,11 +57,11 @@ def _release(
         if not DEFAULT_RESULTS.is_file():
             raise BadInput(f"--results: give the smoke results file(s) (`forgepatch smoke --json > {DEFAULT_RESULTS}`); ./{DEFAULT_RESULTS} does not exist")
         results = [DEFAULT_RESULTS]
-    inputs = Inputs(matrix, STATE.patches(), evidence.repo_root(repo), evidence.load_results(list(results)),
+    inputs = Inputs(matrix, STATE.patches(), evidence.open_repo(repo), evidence.load_results(list(results)),
                     evidence.docker_api(), image)
     outcomes = release(inputs, book, arch, pin, dry_run)
     if as_json:
-        print_json({"dry_run": dry_run, "ledger": str(book.path), "repo": str(inputs.repo),
+        print_json({"dry_run": dry_run, "ledger": str(book.path), "repo": str(inputs.repo.root),
                     "results": [{"path": str(f.path), "sha256": f.sha256} for f in inputs.results],
                     "combinations": [o.to_json() for o in outcomes]})
     else:
@@ -116,8 +108,8 @@ def _verify(
     from forgepatch.release import evidence
     from forgepatch.release.verify import verify
 
-    book = _ledger(_plain_matrix(), ledger)
-    report = verify(evidence.repo_root(repo), book, tag, evidence.docker_api)
+    book = _ledger(STATE.matrix(check_patches=False), ledger)
+    report = verify(evidence.open_repo(repo), book, tag, evidence.docker_api)
     if as_json:
         print_json(report.to_json())
     else:
@@ -140,7 +132,7 @@ def _status(
 
     from forgepatch.release.status import table
 
-    matrix = _plain_matrix()
+    matrix = STATE.matrix(check_patches=False)
     book = _ledger(matrix, ledger)
     tab = table(book.read(required=True), matrix)
     if as_json:

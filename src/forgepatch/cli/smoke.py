@@ -10,14 +10,6 @@ import typer
 from forgepatch.cli._state import STATE, console, print_json
 
 
-def _load_matrix():
-    """matrix.toml (smoke needs no patch directory, so none is checked)."""
-    from forgepatch.config import load_matrix
-    from forgepatch.paths import default_config
-
-    return load_matrix(default_config(STATE.config_path))
-
-
 def _sigterm_interrupts() -> None:
     """SIGTERM (CI cancelling a job) cleans up like Ctrl-C: containers and processes go."""
     import signal
@@ -48,7 +40,7 @@ def _smoke(
     from forgepatch.smoke import report, service
 
     _sigterm_interrupts()
-    matrix = _load_matrix()
+    matrix = STATE.matrix(check_patches=False)
     if bisect:
         rep, run_dir = service.bisect(matrix, runner, bisect, arch, pin, image, logs, cache=not no_cache)
         if as_json:
@@ -67,13 +59,14 @@ def _smoke(
         colour = {"pass": "green", "skipped": "yellow"}.get(res.status, "red")
         out.print(f"[{colour}]{res.status:<8}[/{colour}] {res.id}  {'' if res.status == 'pass' else res.summary}")
 
-    results, run_dir = service.smoke(matrix, runner, arch, pin, profile, shard, image, jobs, logs, on_result=live)
+    doc, run_dir = service.smoke(matrix, runner, arch, pin, profile, shard, image, jobs, logs, on_result=live)
+    results = doc.jobs
     if junit:
         report.write_text(junit, report.to_junit(results))
     if markdown:
         report.write_text(markdown, report.to_markdown(results))
     if as_json:
-        print_json(report.to_json(results, logs=str(run_dir)))
+        print_json(doc.to_json())
     else:
         out.print(report.to_markdown(results), markup=False)
         out.print(f"logs: {run_dir}")
@@ -92,7 +85,7 @@ def _triage(
     """Find the last phase reached and the failure signature in an existing log."""
     from forgepatch.smoke import service
 
-    markers = _load_matrix().pin(pin)[1].markers if pin else None
+    markers = STATE.matrix(check_patches=False).pin(pin)[1].markers if pin else None
     t = service.triage(logfile, markers, context)
     if as_json:
         print_json(t.to_dict())
@@ -135,7 +128,7 @@ def _matrix(
 
     if fmt != "github":
         raise BadInput(f"--format: {fmt!r} is not supported (github)")
-    doc = service.github_matrix(_load_matrix(), shard, by)
+    doc = service.github_matrix(STATE.matrix(check_patches=False), shard, by)
     sys.stdout.write(json.dumps(doc, separators=(",", ":")) + "\n")
 
 

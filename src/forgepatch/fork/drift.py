@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from forgepatch.combination import engine_digest
 from forgepatch.errors import BadInput
 from forgepatch.fork.gitrepo import GitRepo
 
@@ -105,18 +106,6 @@ def select_revs(repo: GitRepo, revs: list[str] | None, since: str | None, every:
 
 
 # -- the scan ------------------------------------------------------------------------------
-def engine_digest() -> str:
-    """Hash of the patch engine's own code: a new engine invalidates the tree memo."""
-    import forgepatch
-    from forgepatch import patching
-
-    digest = hashlib.sha256(forgepatch.__version__.encode())
-    for path in sorted(Path(patching.__file__).parent.rglob("*.py")):
-        digest.update(path.name.encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
-
-
 def patch_files_digest(patches_dir: Path, ids: list[str]) -> str:
     """Hash of the patch files of the series (bytes), without loading them."""
     digest = hashlib.sha256()
@@ -164,7 +153,7 @@ def scan(
                 stats["tree_memo_hits"] += 1
             else:
                 if engine is None:
-                    engine = _Engine(patches_dir, ids, arch)
+                    engine = _Engine(matrix, patches_dir, arch)
                 result = engine.run(tree, version, cache)
                 stats["engine_runs"] += 1
                 doc = {"patchset": result.patchset_hash or engine.patchset,
@@ -186,12 +175,11 @@ def scan(
 class _Engine:
     """Lazily loaded patch engine (libcst) for revisions the tree memo cannot answer."""
 
-    def __init__(self, patches_dir: Path, ids: list[str], arch):
-        from forgepatch.patching.patchset import load_patches
-        from forgepatch.patching.series import Series, run_series
+    def __init__(self, matrix, patches_dir: Path, arch):
+        from forgepatch.patching.series import load_series, run_series
 
         self._run = run_series
-        self.series = Series(arch, tuple(load_patches(patches_dir, ids)))
+        self.series = load_series(matrix, arch, patches_dir)
         self.patchset = self.series.hash
 
     def run(self, tree, version, cache):

@@ -20,21 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from forgepatch.combination import Trailer, Upstream, branch_name, format_trailers, parse_trailers
 from forgepatch.errors import BadInput
-from forgepatch.fork.gitrepo import GitError, GitRepo, git
+from forgepatch.fork.gitrepo import GitError, GitRepo
 
-TRAILER_PATCH = "Forgepatch-Patch"
-TRAILER_ARCH = "Forgepatch-Arch"
-TRAILER_UPSTREAM = "Forgepatch-Upstream"
-TRAILER_PATCHSET = "Forgepatch-Patchset"
 PREVIOUS_PREFIX = "refs/forgepatch/previous"
 WORKTREES = "forgepatch-worktrees"
-_FALLBACK_IDENT = {
-    "GIT_AUTHOR_NAME": "forgepatch",
-    "GIT_AUTHOR_EMAIL": "forgepatch@localhost",
-    "GIT_COMMITTER_NAME": "forgepatch",
-    "GIT_COMMITTER_EMAIL": "forgepatch@localhost",
-}
 # hooks and signing are the user's business on their own commits, not on generated ones
 _QUIET_GIT = ("-c", "core.hooksPath=/dev/null", "-c", "commit.gpgsign=false")
 
@@ -85,35 +76,43 @@ class ForkResult:
         }
 
 
-def branch_name(arch: str, pin: str) -> str:
-    return f"forgepatch/{arch}/{pin}"
+def commit_message(summary: str, patch_id: str, arch: str, pin: str, upstream: Upstream, patchset: str) -> str:
+    return f"{summary.strip()}\n\n" + format_trailers({
+        Trailer.PATCH: patch_id, Trailer.ARCH: arch, Trailer.PIN: pin, Trailer.UPSTREAM: upstream.revision,
+        Trailer.UPSTREAM_VERSION: upstream.version, Trailer.PATCHSET: patchset,
+    })
 
 
-def commit_message(summary: str, patch_id: str, arch: str, upstream: str, patchset: str) -> str:
-    return (
-        f"{summary.strip()}\n\n"
-        f"{TRAILER_PATCH}: {patch_id}\n"
-        f"{TRAILER_ARCH}: {arch}\n"
-        f"{TRAILER_UPSTREAM}: {upstream}\n"
-        f"{TRAILER_PATCHSET}: {patchset}\n"
-    )
+def pin_identity(repo: GitRepo, pin) -> Upstream:
+    """A matrix pin's recorded identity, its git rev resolved in ``repo`` when it is there."""
+    want = Upstream.of_pin(pin)
+    if want.kind == "git" and want.revision:
+        return Upstream("git", want.version, repo.ref(want.revision) or want.revision)
+    return want
 
 
-def choose_pin(matrix, repo: GitRepo, rev: str | None, pin: str | None) -> tuple[str, str]:
-    """(pin name, REV to resolve). ``--pin`` alone uses that pin's rev from matrix.toml;
-    ``--rev`` alone names the branch after a matrix pin with that SHA, else the short SHA."""
+def choose_pin(matrix, repo: GitRepo, rev: str | None, pin: str | None) -> tuple[str, Upstream, object]:
+    """(pin name, the upstream identity of REV, its package tree).
+
+    ``--pin`` alone takes a git pin's rev from matrix.toml. ``--rev`` alone names the branch
+    after a git pin of matrix.toml with that commit, else the tag given, else the short SHA.
+    Both: the pin's recorded identity must be REV's (exit 2 naming both otherwise)."""
     known = matrix.pins.get(pin) if pin else None
     if rev is None:
         if known is None or known.rev is None:
             raise BadInput("fork: give --rev REV (or --pin NAME of a git-revision pin in matrix.toml)")
         rev = known.rev
     sha = repo.resolve(rev)
+    tree = repo.tree(sha, matrix.upstream.package_dir)
+    found = Upstream("git", tree.version(), sha)
     if pin is None:
-        named = [n for n, p in matrix.pins.items() if p.rev and p.rev == sha]
-        pin = named[0] if named else sha[:12]
-    elif known is not None and known.rev is not None and repo.resolve(known.rev) != sha:
-        raise BadInput(f"--pin: {pin!r} is pinned to {known.rev[:12]} in matrix.toml, not {rev!r}")
-    return pin, sha
+        named = [n for n, p in matrix.pins.items() if p.rev and pin_identity(repo, p).revision == sha]
+        pin = named[0] if named else (rev if repo.is_tag(rev) else sha[:12])
+    elif known is not None:
+        want = pin_identity(repo, known)
+        if found.mismatch(want):
+            raise BadInput(f"--pin: {pin!r} is {want.describe()} in matrix.toml, but --rev {rev!r} is {found.describe()}")
+    return pin, found, tree
 
 
 def fork(
@@ -129,14 +128,11 @@ def fork(
 
     arch = get_arch(arch_name)
     with GitRepo(repo_path) as repo:
-        pin, upstream = choose_pin(matrix, repo, rev, pin)
+        pin, found, tree = choose_pin(matrix, repo, rev, pin)
+        upstream, version = found.revision, found.version
         branch = branch_name(arch.name, pin)
-        try:
-            git(repo.root, "check-ref-format", f"refs/heads/{branch}")
-        except GitError:
-            raise BadInput(f"--pin: {pin!r} does not make a valid branch name ({branch})") from None
-        tree = repo.tree(upstream, matrix.upstream.package_dir)
-        version = tree.version()
+        if not repo.valid_ref(f"refs/heads/{branch}"):
+            raise BadInput(f"--pin: {pin!r} does not make a valid branch name ({branch})")
 
         from forgepatch.patching.series import load_series, run_series
 
@@ -148,8 +144,8 @@ def fork(
             if result.drift:
                 return out
             _refuse_checked_out(repo, branch)
-            old = _ref(repo, f"refs/heads/{branch}")
-            new, commits = _build_commits(repo, tree, upstream, result, arch.name, pin, patchset)
+            old = repo.ref(f"refs/heads/{branch}")
+            new, commits = _build_commits(repo, tree, found, result, arch.name, pin, patchset)
             out.head, out.commits = new, commits
             if old is not None and _same_series(repo, upstream, old, new):
                 out.status, out.head = "unchanged", old
@@ -159,13 +155,13 @@ def fork(
                 out.previous_head = old
                 out.previous_ref = _keep_previous(repo, arch.name, pin, old)
             reason = f"forgepatch fork: {arch.name} patches on {upstream[:12]} ({patchset[:12]})"
-            git(repo.root, "update-ref", "-m", reason, f"refs/heads/{branch}", new, old or "")
+            repo.run("update-ref", "-m", reason, f"refs/heads/{branch}", new, old or "")
             out.status = "updated" if old is not None else "created"
             return out
 
 
 # -- building ------------------------------------------------------------------------------
-def _build_commits(repo: GitRepo, tree, upstream: str, result, arch: str, pin: str, patchset: str):
+def _build_commits(repo: GitRepo, tree, found: Upstream, result, arch: str, pin: str, patchset: str):
     """Commit each patch's changes on top of ``upstream`` in a private linked worktree;
     returns (head sha, commits). Nothing outside ``<git dir>/forgepatch-worktrees`` and the
     object store is written."""
@@ -173,10 +169,11 @@ def _build_commits(repo: GitRepo, tree, upstream: str, result, arch: str, pin: s
     wt = repo.git_dir / WORKTREES / slug
     _drop_worktree(repo, wt)
     wt.parent.mkdir(parents=True, exist_ok=True)
-    git(repo.root, "worktree", "add", "--detach", "--no-checkout", "-q", str(wt), upstream)
-    env = _identity_env(repo)
+    upstream = found.revision
+    repo.run("worktree", "add", "--detach", "--no-checkout", "-q", str(wt), upstream)
+    env = repo.identity_env()
     try:
-        git(wt, "read-tree", upstream)  # index = upstream; only changed files get written
+        repo.run("read-tree", upstream, cwd=wt)  # index = upstream; only changed files get written
         state = dict(result.originals)
         commits: list[ForkCommit] = []
         for patch in result.patches:
@@ -191,11 +188,15 @@ def _build_commits(repo: GitRepo, tree, upstream: str, result, arch: str, pin: s
                 target.write_bytes(patch.changes[rel].encode("utf-8"))
                 state[rel] = patch.changes[rel]
                 paths.append(path)
-            git(wt, "add", "--", *paths)
-            msg = commit_message(patch.summary, patch.patch_id, arch, upstream, patchset)
-            git(wt, *_QUIET_GIT, "commit", "-q", "--no-verify", "-F", "-", input=msg.encode(), env=env)
-            commits.append(ForkCommit(patch.patch_id, git(wt, "rev-parse", "HEAD"), paths))
-        head = git(wt, "rev-parse", "HEAD")
+            repo.run("add", "--", *paths, cwd=wt)
+            msg = wt.with_name(wt.name + ".msg")
+            msg.write_text(commit_message(patch.summary, patch.patch_id, arch, pin, found, patchset), encoding="utf-8")
+            try:
+                repo.run(*_QUIET_GIT, "commit", "-q", "--no-verify", "-F", str(msg), cwd=wt, env=env)
+            finally:
+                msg.unlink(missing_ok=True)
+            commits.append(ForkCommit(patch.patch_id, repo.run("rev-parse", "HEAD", cwd=wt), paths))
+        head = repo.run("rev-parse", "HEAD", cwd=wt)
     finally:
         _drop_worktree(repo, wt)
     return head, commits
@@ -204,35 +205,18 @@ def _build_commits(repo: GitRepo, tree, upstream: str, result, arch: str, pin: s
 def _drop_worktree(repo: GitRepo, wt: Path) -> None:
     if wt.exists():
         try:
-            git(repo.root, "worktree", "remove", "--force", "--force", str(wt))
+            repo.run("worktree", "remove", "--force", "--force", str(wt))
         except GitError:
             shutil.rmtree(wt, ignore_errors=True)
     try:
-        git(repo.root, "worktree", "prune")
+        repo.run("worktree", "prune")
     except GitError:
         pass
 
 
-def _identity_env(repo: GitRepo) -> dict[str, str]:
-    """The user's git identity when configured, else a fixed forgepatch identity."""
-    try:
-        git(repo.root, "config", "user.email")
-        git(repo.root, "config", "user.name")
-        return {}
-    except GitError:
-        return dict(_FALLBACK_IDENT)
-
-
 # -- comparing and moving refs -------------------------------------------------------------
-def _ref(repo: GitRepo, ref: str) -> str | None:
-    try:
-        return git(repo.root, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
-    except GitError:
-        return None
-
-
 def _refuse_checked_out(repo: GitRepo, branch: str) -> None:
-    listing = git(repo.root, "worktree", "list", "--porcelain")
+    listing = repo.run("worktree", "list", "--porcelain")
     path = None
     for line in listing.splitlines():
         if line.startswith("worktree "):
@@ -244,7 +228,7 @@ def _refuse_checked_out(repo: GitRepo, branch: str) -> None:
 def _series(repo: GitRepo, upstream: str, head: str) -> list[tuple[str, str]] | None:
     """(tree, message) of each commit from upstream (exclusive) to head along first
     parents, oldest first; None if head does not descend from upstream that way."""
-    out = git(repo.root, "log", "--first-parent", "--reverse", "--format=%H%x00%T%x00%P%x00%B%x1e", f"{upstream}..{head}")
+    out = repo.run("log", "--first-parent", "--reverse", "--format=%H%x00%T%x00%P%x00%B%x1e", f"{upstream}..{head}")
     rows = [r.strip("\n") for r in out.split("\x1e") if r.strip("\n")]
     series, parent = [], upstream
     for row in rows:
@@ -264,15 +248,13 @@ def _same_series(repo: GitRepo, upstream: str, old: str, new: str) -> bool:
 
 
 def _existing_commits(repo: GitRepo, upstream: str, head: str) -> list[ForkCommit]:
-    from forgepatch.fork.gitrepo import parse_trailers
-
-    out = git(repo.root, "log", "--first-parent", "--reverse", "--name-only", "--format=%x1e%H%x00%B%x00", f"{upstream}..{head}")
+    out = repo.run("log", "--first-parent", "--reverse", "--name-only", "--format=%x1e%H%x00%B%x00", f"{upstream}..{head}")
     commits = []
     for row in out.split("\x1e"):
         if not row.strip():
             continue
         sha, body, files = row.split("\x00", 2)
-        commits.append(ForkCommit(parse_trailers(body).get(TRAILER_PATCH, ""), sha, [f for f in files.split("\n") if f]))
+        commits.append(ForkCommit(parse_trailers(body).get(Trailer.PATCH, ""), sha, [f for f in files.split("\n") if f]))
     return commits
 
 
@@ -280,8 +262,8 @@ def _keep_previous(repo: GitRepo, arch: str, pin: str, old: str) -> str:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     base = f"{PREVIOUS_PREFIX}/{arch}/{pin}/{stamp}"
     ref, n = base, 1
-    while _ref(repo, ref) is not None:
+    while repo.ref(ref) is not None:
         n += 1
         ref = f"{base}-{n}"
-    git(repo.root, "update-ref", "-m", "forgepatch fork: previous head", ref, old, "")
+    repo.run("update-ref", "-m", "forgepatch fork: previous head", ref, old, "")
     return ref

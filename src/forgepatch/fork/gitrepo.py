@@ -1,93 +1,43 @@
-"""Read-only access to an SGLang git checkout: revisions, package trees read straight from
-git objects (never checked out), the per-repo run lock, and commit trailers.
+"""The git layer, on GitPython: revisions, package trees read straight from git objects (never
+checked out), refs, tags, commit messages, the per-repo run lock.
 
-Everything goes through the ``git`` executable (``rev-parse``, ``ls-tree``, one long-lived
-``cat-file --batch``), so nothing here touches the user's branch, index or working files.
+Nothing here touches the user's branch, index or working files. Blobs come through GitPython's
+persistent ``git cat-file --batch`` process; tree listings through ``git ls-tree``. GitPython
+is imported lazily (``forgepatch --help`` stays fast).
 """
 
 from __future__ import annotations
 
 import os
 import re
-import subprocess
-import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
+from forgepatch.combination import parse_trailers
 from forgepatch.errors import BadInput, Failure
 
 LOCK_NAME = "forgepatch.lock"
 # a top-level literal only (newer version.py files hold an indented "0.0.0.dev0" fallback)
 _VERSION_RE = re.compile(rb"""^__version__\s*=\s*(?:version\s*=\s*)?["']([^"']+)["']""", re.M)
 _TAG_RE = re.compile(r"v?(\d+(?:\.\d+)*)")
+FALLBACK_IDENTITY = {
+    "GIT_AUTHOR_NAME": "forgepatch",
+    "GIT_AUTHOR_EMAIL": "forgepatch@localhost",
+    "GIT_COMMITTER_NAME": "forgepatch",
+    "GIT_COMMITTER_EMAIL": "forgepatch@localhost",
+}
+
+
+def _git_errors():
+    from git.exc import GitCommandError
+
+    return GitCommandError
 
 
 class GitError(Exception):
-    def __init__(self, args: list[str], stderr: str):
-        super().__init__(f"git {' '.join(args)}: {stderr.strip().splitlines()[-1] if stderr.strip() else 'failed'}")
-        self.stderr = stderr
-
-
-def git(cwd: Path, *args: str, input: bytes | None = None, env: dict[str, str] | None = None) -> str:
-    """Run git in ``cwd``; return stdout (text, stripped of the final newline)."""
-    full_env = None
-    if env:
-        full_env = {**os.environ, **env}
-    proc = subprocess.run(
-        ["git", *args], cwd=cwd, input=input, capture_output=True, env=full_env, check=False
-    )
-    if proc.returncode != 0:
-        raise GitError(list(args), proc.stderr.decode("utf-8", "replace"))
-    return proc.stdout.decode("utf-8", "surrogateescape").removesuffix("\n")
-
-
-class BlobReader:
-    """One ``git cat-file --batch`` process: blob id -> bytes."""
-
-    def __init__(self, root: Path):
-        self._proc = subprocess.Popen(
-            ["git", "cat-file", "--batch"], cwd=root, stdin=subprocess.PIPE, stdout=subprocess.PIPE
-        )
-
-    def read(self, oid: str) -> bytes:
-        assert self._proc.stdin and self._proc.stdout
-        self._proc.stdin.write(oid.encode() + b"\n")
-        self._proc.stdin.flush()
-        header = self._proc.stdout.readline().split()
-        if len(header) != 3:
-            raise Failure(f"git cat-file: object {oid} is missing")
-        size = int(header[2])
-        data = self._proc.stdout.read(size + 1)
-        return data[:size]
-
-    def read_many(self, oids: list[str]) -> list[bytes]:
-        """Many blobs in one pipelined exchange: a thread feeds the ids while this one reads
-        (no flush/readline round trip per blob, and no pipe deadlock)."""
-        assert self._proc.stdin and self._proc.stdout
-        stdin, stdout = self._proc.stdin, self._proc.stdout
-
-        def feed() -> None:
-            stdin.write(b"".join(oid.encode() + b"\n" for oid in oids))
-            stdin.flush()
-
-        feeder = threading.Thread(target=feed, daemon=True)
-        feeder.start()
-        out = []
-        for oid in oids:
-            header = stdout.readline().split()
-            if len(header) != 3:
-                raise Failure(f"git cat-file: object {oid} is missing")
-            out.append(stdout.read(int(header[2]) + 1)[:-1])
-        feeder.join()
-        return out
-
-    def close(self) -> None:
-        if self._proc.poll() is None:
-            assert self._proc.stdin
-            self._proc.stdin.close()
-            self._proc.wait()
+    """A git command failed (``str()`` is git's last error line)."""
 
 
 @dataclass
@@ -116,7 +66,7 @@ class GitTree:
         return self.repo.blob(self.blobs[rel])
 
     def prefetch(self, rels: list[str]) -> None:
-        """Read these files' blobs in one pipelined batch (the engine asks before a scan)."""
+        """Read these files' blobs ahead of a scan (the engine asks before it starts)."""
         todo = [rel for rel in rels if rel not in self._prefetched]
         if todo:
             self._prefetched.update(zip(todo, self.repo.blobs([self.blobs[r] for r in todo])))
@@ -138,37 +88,86 @@ class GitTree:
         return self.repo.version_from_tags(self.commit)
 
 
-class GitRepo:
-    """A git repository given by ``--repo`` (validated on construction)."""
+@dataclass
+class TagFacts:
+    name: str
+    object: str  # the tag object (annotated) or the commit (lightweight)
+    commit: str
+    annotated: bool
+    message: str = ""
+    trailers: dict[str, str] = field(default_factory=dict)
 
-    def __init__(self, path: Path):
+
+class GitRepo:
+    """A git repository (``--repo``, or a source's clone), validated on construction."""
+
+    def __init__(self, path: Path, flag: str = "--repo"):
+        from git import Repo
+        from git.exc import InvalidGitRepositoryError, NoSuchPathError
+
         path = Path(path)
         if not path.is_dir():
-            raise BadInput(f"--repo: {path} is not a directory")
+            raise BadInput(f"{flag}: {path} is not a directory")
         try:
-            top = git(path, "rev-parse", "--show-toplevel")
-            common = git(path, "rev-parse", "--path-format=absolute", "--git-common-dir")
-        except GitError:
-            raise BadInput(f"--repo: {path} is not a git repository") from None
-        self.root = Path(top)
-        self.git_dir = Path(common)
-        self._reader: BlobReader | None = None
+            self.repo = Repo(path, search_parent_directories=True)
+        except (InvalidGitRepositoryError, NoSuchPathError):
+            raise BadInput(f"{flag}: {path} is not a git repository") from None
+        self.root = Path(self.repo.working_tree_dir or self.repo.git_dir)
+        self.git_dir = Path(self.repo.common_dir).resolve()
 
-    # -- revisions ---------------------------------------------------------------------
+    # -- commands --------------------------------------------------------------------------
+    def run(self, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
+        """``git ARGS`` (in ``cwd``, default the repository), stdout without the final
+        newline; GitError with git's last error line."""
+        from git import Git
+
+        runner = Git(str(cwd)) if cwd is not None else self.repo.git
+        try:
+            return runner.execute(["git", *args], env=env, strip_newline_in_stdout=True)
+        except _git_errors() as exc:
+            stderr = str(exc.stderr or "").strip().strip("'").strip()
+            last = stderr.splitlines()[-1].removeprefix("stderr: ").strip("' ") if stderr else "failed"
+            raise GitError(f"git {' '.join(args)}: {last}") from None
+
+    # -- revisions and refs ----------------------------------------------------------------
     def resolve(self, rev: str) -> str:
         """Full commit SHA of ``rev``; BadInput if the repository has no such commit."""
         if not rev or rev.startswith("-"):
             raise BadInput(f"--rev: invalid revision {rev!r}")
         try:
-            return git(self.root, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}")
+            return self.run("rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}")
         except GitError:
             raise BadInput(f"--rev: unknown revision {rev!r} in {self.root}") from None
+
+    def ref(self, name: str) -> str | None:
+        """The commit ``name`` (a full ref or any revision) points at, None if none."""
+        try:
+            return self.run("rev-parse", "--verify", "--quiet", "--end-of-options", f"{name}^{{commit}}")
+        except GitError:
+            return None
+
+    def is_tag(self, name: str) -> bool:
+        try:
+            self.run("show-ref", "--verify", "--quiet", f"refs/tags/{name}")
+            return True
+        except GitError:
+            return False
+
+    def valid_ref(self, ref: str) -> bool:
+        """``git check-ref-format``: can ``ref`` (``refs/heads/...``) be created?"""
+        try:
+            self.run("check-ref-format", ref)
+            return True
+        except GitError:
+            return False
+
+    def message(self, sha: str) -> str:
+        return self.repo.commit(sha).message
 
     def first_parent(self, since: str, until: str = "HEAD") -> list[str]:
         """Commits from ``since`` to ``until`` inclusive along first parents, oldest first."""
         start, end = self.resolve(since), self.resolve(until)
-        out = git(self.root, "rev-list", "--first-parent", "--reverse", f"{start}..{end}")
-        chain = [start] + [line for line in out.splitlines() if line]
+        chain = [start] + [c.hexsha for c in self.repo.iter_commits(f"{start}..{end}", first_parent=True, reverse=True)]
         if start != end and len(chain) == 1:
             raise BadInput(f"--since: {since!r} is not an ancestor of {until!r} along first parents")
         return chain
@@ -176,7 +175,7 @@ class GitRepo:
     def describe(self, sha: str) -> str:
         """A short human label: the tag pointing at ``sha`` if any, else the short SHA."""
         try:
-            tags = git(self.root, "tag", "--points-at", sha)
+            tags = self.run("tag", "--points-at", sha)
         except GitError:
             tags = ""
         names = sorted(t for t in tags.splitlines() if t)
@@ -184,7 +183,7 @@ class GitRepo:
 
     def version_from_tags(self, sha: str) -> str | None:
         try:
-            described = git(self.root, "describe", "--tags", "--long", "--match", "v[0-9]*", sha)
+            described = self.run("describe", "--tags", "--long", "--match", "v[0-9]*", sha)
         except GitError:
             return None
         tag, distance, _ = described.rsplit("-", 2)
@@ -197,13 +196,58 @@ class GitRepo:
         parts[-1] = str(int(parts[-1]) + 1)
         return ".".join(parts) + f".dev{distance}"
 
-    # -- trees and blobs ----------------------------------------------------------------
+    # -- tags --------------------------------------------------------------------------------
+    def tag(self, name: str) -> TagFacts | None:
+        from git import TagReference
+
+        ref = TagReference(self.repo, f"refs/tags/{name}")
+        if not ref.is_valid():
+            return None
+        obj = ref.object
+        commit = ref.commit.hexsha
+        if obj.type != "tag":
+            return TagFacts(name, obj.hexsha, commit, False)
+        message = obj.message
+        return TagFacts(name, obj.hexsha, commit, True, message, parse_trailers(message))
+
+    def create_tag(self, name: str, commit: str, message: str) -> TagFacts | None:
+        """An annotated tag (never signed); None when the name exists already."""
+        import tempfile
+
+        with tempfile.NamedTemporaryFile("w", encoding="utf-8", suffix=".msg", delete=False) as fh:
+            fh.write(message)
+        try:
+            self.run("-c", "tag.gpgSign=false", "tag", "-a", "--cleanup=verbatim", "-F", fh.name, "--", name, commit,
+                     env=self.identity_env())
+        except GitError as exc:
+            if "already exists" in str(exc):
+                return None
+            raise Failure(f"git tag {name}: {exc}") from None
+        finally:
+            os.unlink(fh.name)
+        return self.tag(name)
+
+    def delete_ref(self, ref: str, expected: str) -> None:
+        """Delete ``ref`` only if it still points at ``expected`` (compare-and-delete)."""
+        try:
+            self.run("update-ref", "-d", ref, expected)
+        except GitError:
+            pass
+
+    def identity_env(self) -> dict[str, str]:
+        """The user's git identity when configured, else a fixed forgepatch identity."""
+        reader = self.repo.config_reader()
+        if reader.get_value("user", "email", "") and reader.get_value("user", "name", ""):
+            return {}
+        return dict(FALLBACK_IDENTITY)
+
+    # -- trees and blobs ---------------------------------------------------------------------
     def tree(self, commit: str, package_dir: str = "python/sglang") -> GitTree:
         """The package at ``commit`` (BadInput if the commit has no SGLang package there)."""
         package_dir = package_dir.strip("/")
         try:
-            tree_id = git(self.root, "rev-parse", "--verify", "--quiet", f"{commit}:{package_dir}")
-            listing = git(self.root, "ls-tree", "-r", "-z", "--full-tree", commit, "--", f"{package_dir}/")
+            tree_id = self.run("rev-parse", "--verify", "--quiet", f"{commit}:{package_dir}")
+            listing = self.run("ls-tree", "-r", "-z", "--full-tree", commit, "--", f"{package_dir}/")
         except GitError:
             tree_id, listing = "", ""
         prefix = package_dir + "/"
@@ -216,33 +260,28 @@ class GitRepo:
             if kind == "blob" and mode != "120000":
                 blobs[path[len(prefix):]] = oid
         if not tree_id or "__init__.py" not in blobs:
-            raise BadInput(
-                f"--repo: no SGLang package at {package_dir}/ in {self.root} at {commit[:12]}"
-            )
+            raise BadInput(f"--repo: no SGLang package at {package_dir}/ in {self.root} at {commit[:12]}")
         return GitTree(self, commit, package_dir, tree_id, blobs)
 
     def blob(self, oid: str) -> bytes:
-        if self._reader is None:
-            self._reader = BlobReader(self.root)
-        return self._reader.read(oid)
+        try:
+            return self.repo.git.get_object_data(oid)[3]
+        except ValueError:  # GitPython: the batch process said "missing"
+            raise Failure(f"git cat-file: object {oid} is missing") from None
 
     def blobs(self, oids: list[str]) -> list[bytes]:
-        if self._reader is None:
-            self._reader = BlobReader(self.root)
-        return self._reader.read_many(oids)
+        return [self.blob(oid) for oid in oids]
 
     def close(self) -> None:
-        if self._reader is not None:
-            self._reader.close()
-            self._reader = None
+        self.repo.close()
 
     def __enter__(self) -> "GitRepo":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    # -- the run lock ------------------------------------------------------------------
+    # -- the run lock ----------------------------------------------------------------------
     @contextmanager
     def lock(self) -> Iterator[Path]:
         """Hold ``<git dir>/forgepatch.lock`` for the duration; fail at once if taken."""
@@ -262,14 +301,12 @@ class GitRepo:
             lock.release()
 
 
-def parse_trailers(message: str) -> dict[str, str]:
-    """``Key: value`` trailers of the last paragraph of a commit message."""
-    paragraphs = [p for p in message.strip().split("\n\n") if p.strip()]
-    if not paragraphs:
-        return {}
-    out: dict[str, str] = {}
-    for line in paragraphs[-1].splitlines():
-        m = re.match(r"([A-Za-z0-9-]+):\s*(.*)$", line)
-        if m:
-            out[m.group(1)] = m.group(2).strip()
-    return out
+def clone_bare(url: str, dest: Path) -> None:
+    """A bare clone of ``url`` into ``dest`` (BadInput with git's reason)."""
+    from git import Repo
+
+    try:
+        Repo.clone_from(url, str(dest), bare=True, multi_options=["--quiet"])
+    except _git_errors() as exc:
+        last = (str(exc.stderr or "").strip().splitlines() or ["failed"])[-1].strip("' ")
+        raise BadInput(f"--source: cannot clone {url}: {last}") from None

@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import uuid
 from pathlib import Path
 from typing import Any
 
 from forgepatch.arch import ARCHES
 from forgepatch.errors import BadInput
-from forgepatch.images.spec import HASH_LABEL, LABEL_ARGS, ImageSpec, tag_safe
+from forgepatch.combination import LABEL, LABEL_ARG, content_ref, image_tag, split_ref
+from forgepatch.images.spec import ImageSpec
 
 NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 TARGET_KEYS = {"context", "dockerfile", "args", "tags", "labels", "network"}
@@ -75,23 +75,23 @@ def validate(doc: Any, base_dir: Path) -> list[str]:
             if not isinstance(m, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in m.items()):
                 problems.append(f"{where}: {key} must map strings to strings")
         args, labels = t.get("args") or {}, t.get("labels") or {}
-        arch = labels.get("forgepatch.arch")
+        arch = labels.get(LABEL["arch"])
         if arch not in ARCHES:
-            problems.append(f"{where}: label forgepatch.arch {arch!r} is not a known arch")
+            problems.append(f"{where}: label {LABEL['arch']} {arch!r} is not a known arch")
         else:
             for k, v in ARCHES[arch].build_args().items():
                 if args.get(k) != v:
                     problems.append(f"{where}: build arg {k}={args.get(k)!r}, arch registry says {v!r}")
         if not args.get("BASE_IMAGE"):
             problems.append(f"{where}: build arg BASE_IMAGE missing")
-        for label, arg in LABEL_ARGS.items():
+        for label, arg in LABEL_ARG.items():
             if label in labels and args.get(arg) != labels[label]:
                 problems.append(f"{where}: build arg {arg} disagrees with label {label}")
         tags = t.get("tags")
-        digest = labels.get(HASH_LABEL, "")
+        digest = labels.get(LABEL["context_hash"], "")
         if not isinstance(tags, list) or not tags or not all(isinstance(x, str) for x in tags):
             problems.append(f"{where}: tags must be a non-empty list of strings")
-        elif not re.fullmatch(rf"[^:]+:{re.escape(tag_safe(labels.get('forgepatch.pin', '')))}-{arch}-{digest[:12]}", tags[0]):
+        elif tags[0] != content_ref(split_ref(tags[0])[0], labels.get(LABEL["pin"], ""), str(arch), digest):
             problems.append(f"{where}: first tag {tags[0]!r} is not <repo>:<pin>-<arch>-<hash12>")
     groups = doc.get("group", {})
     if not isinstance(groups, dict) or "default" not in groups:
@@ -108,16 +108,15 @@ def validate(doc: Any, base_dir: Path) -> list[str]:
 
 def write_bake(doc: dict[str, Any], out: Path) -> None:
     """Validate, then write atomically (temp file + rename)."""
+    from forgepatch.atomic import write_atomic
+
     out = Path(out).absolute()
     problems = validate(doc, out.parent)
     if problems:
         raise BadInput(f"bake: invalid document: {problems[0]}")
-    tmp = out.with_name(f".{out.name}.tmp-{uuid.uuid4().hex[:8]}")
     try:
-        tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-        os.replace(tmp, out)
+        write_atomic(out, json.dumps(doc, indent=2) + "\n")
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise BadInput(f"cannot write {out}: {exc.strerror or exc}") from exc
 
 
@@ -140,7 +139,7 @@ def bake_matrix(
             target = resolve_target(matrix, arch_name, pin=pin)
             if on_target:
                 on_target(target)
-            prepared = prepare(target, matrix, patches_dir, contexts / f"{tag_safe(target.pin)}-{target.arch.name}")
+            prepared = prepare(target, matrix, patches_dir, contexts / image_tag(target.pin, target.arch.name))
             specs.append(prepared.spec)
     if not specs:
         raise BadInput("bake: no arch x pin selected")

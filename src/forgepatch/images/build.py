@@ -8,7 +8,6 @@ SDK's proxy injection is off) and skip work when an image with the same content 
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -16,13 +15,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
+from forgepatch.combination import LABEL
+from forgepatch.dockerapi import api as connect
+from forgepatch.dockerapi import repo_digest
 from forgepatch.errors import BadInput, Failure
-from forgepatch.images.spec import BASE_ID_LABEL, HASH_LABEL, ImageSpec
-
-ENGINE_HINT = (
-    "start it (`sudo systemctl start docker`, or `sudo dockerd &`; tests/support/docker_engine.sh "
-    "does it on a bare machine) or point DOCKER_HOST at a running engine"
-)
+from forgepatch.images.spec import ImageSpec
 STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
 TAIL_LINES = 15
 
@@ -60,6 +57,7 @@ class BuildResult:
     log: Path | None = None
     context: Path | None = None
     apply: dict[str, Any] | None = None  # the patch engine's result, when build_arch ran it
+    digest: str | None = None  # registry digest (repo@sha256:...), once pushed or pulled
 
     @property
     def rebuilt_steps(self) -> list[str]:
@@ -69,7 +67,7 @@ class BuildResult:
     def to_json(self) -> dict[str, Any]:
         return {
             "image_id": self.image_id,
-            "digest": self.image_id,
+            "digest": self.digest,
             "tags": self.tags,
             "tag": self.tags[0],
             "content_hash": self.content_hash,
@@ -92,21 +90,6 @@ def _is_meta(instruction: str) -> bool:
     return instruction.split(" ", 1)[0].upper() in ("ARG", "FROM", "ENV", "LABEL")
 
 
-def connect():
-    """A low-level docker API client; BadInput with a how-to-start hint when unreachable."""
-    try:
-        import docker
-    except ImportError as exc:  # pragma: no cover - docker is a dependency
-        raise BadInput("the docker Python SDK is missing: pip install docker") from exc
-    host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
-    try:
-        client = docker.from_env(version="auto", timeout=600)
-        client.ping()
-    except Exception as exc:  # DockerException, requests' connection errors, bad DOCKER_HOST
-        raise BadInput(f"cannot reach the Docker engine at {host}: {ENGINE_HINT}") from exc
-    return client.api
-
-
 def base_image_id(api, ref: str) -> str:
     """The local ID of the base image; BadInput when the engine does not have it."""
     from docker.errors import APIError, ImageNotFound
@@ -124,7 +107,8 @@ def base_image_id(api, ref: str) -> str:
 
 def find_cached(api, spec: ImageSpec, base_id: str) -> str | None:
     """ID of an image built from the same content on the same base, newest first."""
-    images = api.images(filters={"label": [f"{HASH_LABEL}={spec.content_hash}", f"{BASE_ID_LABEL}={base_id}"]})
+    images = api.images(filters={"label": [f"{LABEL['context_hash']}={spec.content_hash}",
+                                           f"{LABEL['base_image_id']}={base_id}"]})
     if not images:
         return None
     return max(images, key=lambda i: i.get("Created", 0))["Id"]
@@ -155,6 +139,7 @@ def build_image(
         return BuildResult(
             image_id, tags, spec.content_hash, hit, time.perf_counter() - started, spec.arch.name, spec.pin,
             spec.base_image, labels, steps, log_path if not hit else None, spec.context.root,
+            digest=repo_digest(api.inspect_image(image_id)),
         )
 
     if not force:
@@ -166,8 +151,27 @@ def build_image(
 
     labels = spec.labels(base_id, datetime.now(timezone.utc))
     image_id, steps = _run_build(api, spec, labels, force, emit, log_path)
+    check_labels(api, image_id, labels, spec)
     _tag(api, image_id, tags[1:])
     return result(image_id, False, labels, steps)
+
+
+def check_labels(api, image_id: str, want: dict[str, str], spec: ImageSpec) -> None:
+    """The image must carry every label of the contract with the value given: a Dockerfile
+    whose LABEL step lacks one (an old copy from ``forgepatch init``) would make an image that
+    later stages cannot identify. Failure names the labels; the image is removed."""
+    got = (api.inspect_image(image_id).get("Config") or {}).get("Labels") or {}
+    wrong = sorted(k for k, v in want.items() if got.get(k) != v)
+    if wrong:
+        try:
+            api.remove_image(image_id, force=True, noprune=False)
+        except Exception:  # noqa: BLE001 - the error below is what matters
+            pass
+        raise Failure(
+            f"image build for {spec.arch.name}: the image lacks label(s) {', '.join(wrong)} or carries other "
+            f"values; its Dockerfile's LABEL step must read every label's build arg (compare with the shipped "
+            f"dockerfiles/Dockerfile)"
+        )
 
 
 def _run_build(api, spec, labels, nocache, emit, log_path):
@@ -245,12 +249,11 @@ def _take_line(line: str, lines: list[str], steps: list[Step], emit: Event) -> N
 
 
 def _write_log(path: Path | None, lines: list[str]) -> None:
+    from forgepatch.atomic import write_atomic
+
     if path is None:
         return
-    tmp = path.with_name(path.name + ".tmp")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
+        write_atomic(path, "\n".join(lines) + "\n")
     except OSError:
-        tmp.unlink(missing_ok=True)
+        pass  # the build's result does not depend on its log

@@ -4,8 +4,10 @@ Layout (the shipped Dockerfile reads exactly this)::
 
     Dockerfile
     wheels/<name>.whl         extra wheels of the arch (installed offline)
-    probe/install.py          the in-image installer (data/dockerfiles/install.py)
-    probe/python/forgepatch/  the probe: forgepatch's stdlib-only modules
+    inimage/install.py        the in-image installer (dockerfiles/install.py)
+    inimage/python/forgepatch/  what runs inside the image: the whole ``forgepatch.inimage``
+                              package (probe, server driver, monitor, ...) and the stdlib-only
+                              modules it shares with the host (IMAGE_FILES)
     upstream/sglang.tar.gz    the pin's unpatched package as ONE deterministic gzipped tar
                               (thousands of small files, or 70 MB of them, cost the engine
                               time on every build); cached per upstream tree, so only the first
@@ -28,14 +30,12 @@ never touched.
 
 from __future__ import annotations
 
-import ast
 import gzip
 import hashlib
 import io
 import json
 import os
 import re
-import shutil
 import stat
 import tarfile
 import uuid
@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator
 
+from forgepatch.atomic import write_atomic
 from forgepatch.errors import BadInput
 
 FIXED_MTIME = 946684800  # 2000-01-01T00:00:00Z: fixed, and valid for zip-based tools
@@ -51,10 +52,11 @@ UPSTREAM_TAR = "upstream/sglang.tar.gz"
 GZIP_LEVEL = 6
 REQUIRED_DIRS = ("wheels", "overlay/sglang")
 
-# The probe ships with these modules and every forgepatch module they import (found by
-# reading their imports): stdlib + torch only, importable without libcst/git/docker.
-PROBE_ROOTS = ("__init__.py", "arch.py", "errors.py", "smoke/__init__.py", "smoke/probe.py")
-PROBE_REQUIRED = ("__init__.py", "arch.py", "errors.py")
+# What every image carries of forgepatch (paths relative to the package dir), copied whole:
+# the in-image package and the stdlib-only modules it imports. Nothing else of forgepatch
+# (typer, rich, libcst, git, docker, pydantic are not in the image).
+IMAGE_FILES = ("__init__.py", "arch.py", "errors.py", "inimage/")
+IMAGE_PREFIX = "inimage/python/forgepatch"
 
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL", re.I)
 MIN_SECRET_LEN = 8
@@ -88,7 +90,7 @@ class BuildContext:
     overlay_files: list[str] = field(default_factory=list)  # package-relative
     removed_files: list[str] = field(default_factory=list)
     wheels: list[tuple[str, str]] = field(default_factory=list)  # (file name, sha256)
-    probe_modules: list[str] = field(default_factory=list)
+    image_modules: list[str] = field(default_factory=list)  # forgepatch files in the image
     files_written: int = 0  # how many files this assembly had to (re)write
 
     @property
@@ -229,7 +231,7 @@ def assemble(
     wheels: Iterable[Path] = (),
     dockerfile: Path,
     installer: Path,
-    probe_src: Path,
+    package_dir: Path,
     secrets: dict[str, str] | None = None,
     tar_cache: Path | None = None,
 ) -> BuildContext:
@@ -237,8 +239,9 @@ def assemble(
 
     The patched package is either ``package`` (a patched ``sglang/`` dir) or ``upstream`` plus
     ``changes`` (package-relative path -> new text, what the patch engine returns). With
-    ``upstream`` only the files that differ from it go to the overlay layer. ``probe_src`` is the
-    ``forgepatch`` package dir; ``tar_cache`` a directory keeping upstream tars between runs.
+    ``upstream`` only the files that differ from it go to the overlay layer. ``package_dir`` is
+    the ``forgepatch`` package dir (``IMAGE_FILES`` come from it); ``tar_cache`` a directory
+    keeping upstream tars between runs.
     """
     if (package is None) == (changes is None):
         raise ValueError("assemble: pass exactly one of package= or changes=")
@@ -259,7 +262,7 @@ def assemble(
     plan = _Plan(secrets or {})
     try:
         ctx = _plan(plan, package and Path(package), upstream and Path(upstream), changes, wheels, dockerfile,
-                    installer, probe_src, tar_cache)
+                    installer, Path(package_dir), tar_cache)
         ctx.files_written = _sync(plan, ctx.entries, dest)
     except OSError as exc:
         where = exc.filename or dest
@@ -289,17 +292,13 @@ def _check_package(package: Path, what: str) -> None:
         raise BadInput(f"{what} {package}: not a Python package directory (no __init__.py)")
 
 
-def _plan(plan, package, upstream, changes, wheels, dockerfile, installer, probe_src, tar_cache) -> BuildContext:
+def _plan(plan, package, upstream, changes, wheels, dockerfile, installer, package_dir, tar_cache) -> BuildContext:
     plan.put("Dockerfile", Path(dockerfile).read_bytes(), dockerfile)
-    plan.put("probe/install.py", Path(installer).read_bytes(), installer)
-
-    for rel in PROBE_REQUIRED:
-        if not (Path(probe_src) / rel).is_file():
-            raise BadInput(f"probe module {Path(probe_src) / rel} is missing")
-    probe_modules = probe_closure(Path(probe_src))
-    for rel in probe_modules:
-        src = Path(probe_src) / rel
-        plan.put(f"probe/python/forgepatch/{rel}", src.read_bytes(), src)
+    plan.put("inimage/install.py", Path(installer).read_bytes(), installer)
+    image_modules = image_files(package_dir)
+    for rel in image_modules:
+        src = package_dir / rel
+        plan.put(f"{IMAGE_PREFIX}/{rel}", src.read_bytes(), src)
 
     wheel_facts = []
     for wheel in sorted(wheels, key=lambda p: p.name):
@@ -336,7 +335,7 @@ def _plan(plan, package, upstream, changes, wheels, dockerfile, installer, probe
 
     entries = plan.entries()
     digest = hashlib.sha256("".join(e.line() for e in entries).encode()).hexdigest()
-    return BuildContext(Path(), entries, digest, overlay, removed, wheel_facts, probe_modules)
+    return BuildContext(Path(), entries, digest, overlay, removed, wheel_facts, image_modules)
 
 
 def _safe_rel(rel: str) -> bool:
@@ -344,40 +343,23 @@ def _safe_rel(rel: str) -> bool:
     return bool(rel) and not rel.startswith("/") and all(p not in ("", ".", "..") for p in parts)
 
 
-def probe_closure(pkg: Path, roots: Iterable[str] = PROBE_ROOTS) -> list[str]:
-    """The probe's files: ``roots`` (those present), every ``forgepatch`` module they import
-    (at any depth, also inside functions) and the ``__init__.py`` of each package on the way."""
-    found: set[str] = set()
-    todo = [r for r in roots if (pkg / r).is_file()]
-    while todo:
-        rel = todo.pop()
-        if rel in found:
-            continue
-        found.add(rel)
-        parts = rel.split("/")[:-1]
-        for i in range(len(parts) + 1):
-            init = "/".join(parts[:i] + ["__init__.py"])
-            if (pkg / init).is_file() and init not in found:
-                todo.append(init)
-        tree = ast.parse((pkg / rel).read_bytes(), filename=str(pkg / rel))
-        for node in ast.walk(tree):
-            names: list[str] = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                if node.level:  # relative: resolve against this module's package
-                    base = parts[: len(parts) - (node.level - 1)] if node.level > 1 else parts
-                    mod = ".".join(["forgepatch", *base] + ([node.module] if node.module else []))
-                else:
-                    mod = node.module or ""
-                names = [mod] + [f"{mod}.{a.name}" for a in node.names]
-            for name in names:
-                if name == "forgepatch" or name.startswith("forgepatch."):
-                    sub = name.split(".")[1:]
-                    for cand in ("/".join(sub) + ".py", "/".join(sub + ["__init__.py"])):
-                        if sub and (pkg / cand).is_file():
-                            todo.append(cand)
-    return sorted(found)
+def image_files(package_dir: Path) -> list[str]:
+    """The ``forgepatch`` files every image carries (``IMAGE_FILES``; a directory entry means
+    every ``.py`` file below it), relative to ``package_dir``."""
+    out = []
+    for entry in IMAGE_FILES:
+        path = package_dir / entry
+        if entry.endswith("/"):
+            found = sorted(p.relative_to(package_dir).as_posix() for p in path.rglob("*.py")
+                           if "__pycache__" not in p.parts)
+            if not found:
+                raise BadInput(f"in-image package {path} is missing")
+            out += found
+        elif path.is_file():
+            out.append(entry)
+        else:
+            raise BadInput(f"in-image module {path} is missing")
+    return out
 
 
 def _upstream_tar(plan: _Plan, package: Path, cache: Path | None) -> tuple[_File, dict[str, str]]:
@@ -478,21 +460,6 @@ def _sync(plan: _Plan, entries: list[Entry], dest: Path) -> int:
 
 
 def _write_file(path: Path, data: bytes | Path, mode: int) -> None:
-    """Write ``data`` (bytes, or a file to copy) to ``path`` via a temp file + rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
-    try:
-        if isinstance(data, Path):  # the cached upstream tar: share it when on the same disk
-            try:
-                os.link(data, tmp)
-            except OSError:
-                shutil.copyfile(data, tmp)
-        else:
-            with open(tmp, "wb") as fh:
-                fh.write(data)
-        os.chmod(tmp, mode)
-        os.utime(tmp, (FIXED_MTIME, FIXED_MTIME))
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    """Write ``data`` (bytes, or a file to copy) to ``path`` atomically, with the context's
+    fixed mode and mtime."""
+    write_atomic(path, data, mode=mode, mtime=FIXED_MTIME)

@@ -1,5 +1,6 @@
-"""From matrix.toml and a source to an ImageSpec: pick the pin, base image and wheels, run the
-patch engine, assemble the context. Shared by ``forgepatch build`` and ``forgepatch bake``."""
+"""From matrix.toml and a source to an ImageSpec: pick the pin, base image and wheels, check
+that the source is the pin's code, run the arch's patch series (``patching.series``),
+assemble the context. Shared by ``forgepatch build`` and ``forgepatch bake``."""
 
 from __future__ import annotations
 
@@ -8,13 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from forgepatch.arch import Arch, get_arch
+from forgepatch.combination import Upstream, engine_version, image_tag, tag_safe
 from forgepatch.errors import BadInput, Failure
 from forgepatch.images.context import BuildContext, assemble, check_dest, secret_values
-from forgepatch.images.spec import ImageSpec, SourceFacts, tag_safe
-from forgepatch.paths import DATA_DIR, SHIPPED_DOCKERFILE, cache_dir
-
-INSTALLER = DATA_DIR / "dockerfiles" / "install.py"
-PROBE_SRC = Path(__file__).resolve().parent.parent  # the forgepatch package dir
+from forgepatch.images.spec import ImageSpec, SourceFacts
+from forgepatch.paths import IMAGE_INSTALLER, PACKAGE_DIR, SHIPPED_DOCKERFILE, cache_dir
 
 
 @dataclass
@@ -29,6 +28,7 @@ class Target:
     extra_args: dict[str, str]
     patches: list[str]
     repo: str
+    pin_identity: Upstream | None = None  # what the pin records (None: a pin not in the matrix)
 
 
 def resolve_target(
@@ -52,7 +52,9 @@ def resolve_target(
         if not wheel.is_file():
             raise BadInput(f"arches.{arch.name}.extra_wheels: {entry} not found (looked at {wheel})")
         wheels.append(wheel)
-    return Target(arch, pin, source, base, wheels, dict(cfg.build_args), list(cfg.patches), matrix.smoke.image_repo)
+    known = matrix.pins.get(pin)
+    return Target(arch, pin, source, base, wheels, dict(cfg.build_args), list(cfg.patches), matrix.smoke.image_repo,
+                  Upstream.of_pin(known) if known is not None else None)
 
 
 def _pin_for_source(matrix, source: str) -> str:
@@ -62,20 +64,33 @@ def _pin_for_source(matrix, source: str) -> str:
     return tag_safe(source.replace(":", "-"), 40)
 
 
+def check_source_is_pin(target: Target, found: Upstream, label: str) -> None:
+    """BadInput when the resolved source is known upstream code other than the pin's (a
+    local directory carries no identity: its image is labelled ``dir`` and never released)."""
+    want = target.pin_identity
+    if want is None or found.kind == "dir":
+        return
+    if want.kind == "git" and want.revision and found.revision and found.revision.startswith(want.revision):
+        return  # an abbreviated rev in the matrix: the resolved commit extends it
+    if found.mismatch(want):
+        raise BadInput(f"--source: {label} is {found.describe()}, but pin {target.pin!r} is {want.describe()}")
+
+
 def build_context(
     dest: Path, package: Path | None, upstream: Path | None = None, wheels: list[Path] | None = None,
     changes: dict[str, str] | None = None,
 ) -> BuildContext:
-    """Assemble the context with the shipped Dockerfile, installer and probe: from a patched
-    package dir, or from ``upstream`` + the patch engine's ``changes``."""
+    """Assemble the context with the shipped Dockerfile, installer and in-image package: from
+    a patched package dir, or from ``upstream`` + the patch engine's ``changes``."""
     return assemble(
         dest, package=package, upstream=upstream, changes=changes, wheels=wheels or [], dockerfile=SHIPPED_DOCKERFILE,
-        installer=INSTALLER, probe_src=PROBE_SRC, secrets=secret_values(), tar_cache=cache_dir("upstream-tars"),
+        installer=IMAGE_INSTALLER, package_dir=PACKAGE_DIR, secrets=secret_values(),
+        tar_cache=cache_dir("upstream-tars"),
     )
 
 
 def default_context_dir(target_pin: str, arch: str) -> Path:
-    return cache_dir("contexts") / f"{tag_safe(target_pin)}-{arch}"
+    return cache_dir("contexts") / image_tag(target_pin, arch)
 
 
 @dataclass
@@ -85,27 +100,33 @@ class Prepared:
 
 
 def prepare(target: Target, matrix, patches_dir: Path, context_dir: Path | None = None) -> Prepared:
-    """Run the patch engine for ``target`` and assemble its build context."""
+    """Check the source against the pin, run the arch's series on it, assemble its context."""
     dest = context_dir or default_context_dir(target.pin, target.arch.name)
     check_dest(dest)
     try:
-        from forgepatch.patching.service import apply_arch
+        from forgepatch.patching.series import load_series, run_series
+        from forgepatch.patching.trees import DirTree
     except ImportError as exc:
         raise Failure(f"the patch engine is not available in this build of forgepatch: {exc}") from exc
+    from forgepatch.sources import resolve_source
 
-    # out=None: the engine patches in memory and returns the changed files; the image context
-    # takes the unpatched tree (one cached layer per pin) plus those files (the overlay layer).
-    run = apply_arch(target.arch.name, target.source, None, matrix, patches_dir)
-    tree, result = run.source, run.result
+    series = load_series(matrix, target.arch, patches_dir)
+    tree = resolve_source(target.source, matrix)
+    upstream = Upstream.of_source(tree)
+    check_source_is_pin(target, upstream, tree.label)
+    # in memory: the image context takes the unpatched tree (one cached layer per pin) plus
+    # the files the series changed (the overlay layer)
+    result = run_series(series, DirTree(tree.package, pristine=tree.pristine), tree.version)
     if result.drift:
         raise Failure(
             f"the {target.arch.name} patch series drifted on {tree.label}; "
             f"see `forgepatch apply --arch {target.arch.name} --source {target.source}`"
         )
     ctx = build_context(dest, None, upstream=Path(tree.package), wheels=target.wheels, changes=result.changed)
-    facts = SourceFacts(tree.label, tree.version, tree.revision, matrix.upstream.repo)
     spec = ImageSpec(
-        target.arch, target.pin, target.repo, target.base_image, ctx, facts,
-        patchset=result.patchset_hash, patches=target.patches, extra_args=target.extra_args,
+        target.arch, target.pin, target.repo, target.base_image, ctx, SourceFacts(upstream, matrix.upstream.repo),
+        patchset=series.hash, patches=target.patches, extra_args=target.extra_args, engine=engine_version(),
     )
-    return Prepared(spec, run.to_json())
+    doc = result.to_json()
+    doc["source"], doc["upstream_revision"] = tree.label, tree.revision
+    return Prepared(spec, doc)

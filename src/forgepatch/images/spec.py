@@ -2,60 +2,30 @@
 
 The content hash (label ``forgepatch.context-hash``, 12 hex digits of it in the tag) covers the
 build context digest, every build arg (``BASE_IMAGE`` included, by reference) and the identity
-labels (arch, pin, upstream, patchset, extra wheels). The base image's local ID is recorded in
-``forgepatch.base-image-id``; a cached image only counts as a hit when that matches too.
+labels (arch, pin, upstream, patchset, engine, extra wheels). The base image's local ID is
+recorded in ``forgepatch.base-image-id``; a cached image only counts as a hit when that
+matches too. Label names, tag formats and the upstream identity are the contract's
+(``forgepatch.combination``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from forgepatch.arch import Arch
+from forgepatch.combination import LABEL, LABEL_ARG, Upstream, content_ref, image_ref
 from forgepatch.errors import BadInput
 from forgepatch.images.context import SECRET_NAME, BuildContext, secret_values
-
-HASH_LABEL = "forgepatch.context-hash"
-BASE_ID_LABEL = "forgepatch.base-image-id"
-CREATED_LABEL = "org.opencontainers.image.created"
-
-# Label -> the build arg the Dockerfile's final LABEL step reads it from (the classic builder
-# turns API labels into one step per label; one LABEL step fed by args is much cheaper).
-LABEL_ARGS = {
-    "org.opencontainers.image.source": "OCI_SOURCE",
-    "org.opencontainers.image.version": "OCI_VERSION",
-    "org.opencontainers.image.revision": "OCI_REVISION",
-    CREATED_LABEL: "OCI_CREATED",
-    "org.opencontainers.image.base.name": "OCI_BASE_NAME",
-    "org.opencontainers.image.base.digest": "OCI_BASE_DIGEST",
-    "forgepatch.arch": "FORGEPATCH_ARCH",
-    "forgepatch.torch-cuda-arch-list": "TORCH_CUDA_ARCH_LIST",
-    "forgepatch.pin": "FORGEPATCH_PIN",
-    "forgepatch.upstream": "FORGEPATCH_UPSTREAM",
-    "forgepatch.patchset": "FORGEPATCH_PATCHSET",
-    "forgepatch.patches": "FORGEPATCH_PATCHES",
-    "forgepatch.extra-wheels": "FORGEPATCH_EXTRA_WHEELS",
-    HASH_LABEL: "FORGEPATCH_CONTEXT_HASH",
-    BASE_ID_LABEL: "FORGEPATCH_BASE_IMAGE_ID",
-}
-
-
-def tag_safe(text: str, limit: int = 64) -> str:
-    """A Docker tag fragment: [A-Za-z0-9_.-], no leading '.' or '-'."""
-    out = re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip(".-")[:limit]
-    return out or "x"
 
 
 @dataclass
 class SourceFacts:
     """Where the upstream package came from (for labels)."""
 
-    label: str  # "pypi:0.5.23", "git:/path@rev", "dir:/path"
-    version: str | None = None
-    revision: str | None = None  # full git sha or wheel sha256
+    upstream: Upstream
     repo: str = "https://github.com/sgl-project/sglang"
 
 
@@ -69,6 +39,7 @@ class ImageSpec:
     source: SourceFacts
     patchset: str = ""  # patchset hash from the patch engine ("" = unpatched tree)
     patches: list[str] = field(default_factory=list)
+    engine: str = ""  # the patch engine's version (combination.engine_version)
     extra_args: dict[str, str] = field(default_factory=dict)  # matrix arches.<a>.build_args
 
     def __post_init__(self) -> None:
@@ -83,21 +54,18 @@ class ImageSpec:
         return dict(sorted(args.items()))
 
     def identity_labels(self) -> dict[str, str]:
-        src = self.source
-        labels = {
-            "org.opencontainers.image.source": src.repo,
-            "org.opencontainers.image.version": src.version or "",
-            "org.opencontainers.image.revision": src.revision or "",
-            "org.opencontainers.image.base.name": self.base_image,
-            "forgepatch.arch": self.arch.name,
-            "forgepatch.pin": self.pin,
-            "forgepatch.upstream": src.label,
-            "forgepatch.patchset": self.patchset,
-            "forgepatch.patches": ",".join(self.patches),
-            "forgepatch.torch-cuda-arch-list": self.arch.torch_arch,
-            "forgepatch.extra-wheels": ",".join(f"{n}@sha256:{h}" for n, h in self.context.wheels),
+        return {
+            LABEL["source"]: self.source.repo,
+            **self.source.upstream.to_labels(),
+            LABEL["base_name"]: self.base_image,
+            LABEL["arch"]: self.arch.name,
+            LABEL["pin"]: self.pin,
+            LABEL["patchset"]: self.patchset,
+            LABEL["patches"]: ",".join(self.patches),
+            LABEL["engine"]: self.engine,
+            LABEL["torch_cuda_arch_list"]: self.arch.torch_arch,
+            LABEL["extra_wheels"]: ",".join(f"{n}@sha256:{h}" for n, h in self.context.wheels),
         }
-        return labels
 
     @property
     def content_hash(self) -> str:
@@ -110,27 +78,28 @@ class ImageSpec:
 
     @property
     def tag(self) -> str:
-        return f"{self.repo}:{tag_safe(self.pin)}-{self.arch.name}-{self.content_hash[:12]}"
+        """``<repo>:<pin>-<arch>-<hash12>``: this content."""
+        return content_ref(self.repo, self.pin, self.arch.name, self.content_hash)
 
     @property
     def moving_tag(self) -> str:
         """``<repo>:<pin>-<arch>``: the latest build of that pin and arch."""
-        return f"{self.repo}:{tag_safe(self.pin)}-{self.arch.name}"
+        return image_ref(self.repo, self.pin, self.arch.name)
 
     def labels(self, base_image_id: str | None = None, created: datetime | None = None) -> dict[str, str]:
         """Every label the image gets (``created``/base ID only when known)."""
-        labels = {**self.identity_labels(), HASH_LABEL: self.content_hash}
+        labels = {**self.identity_labels(), LABEL["context_hash"]: self.content_hash}
         if base_image_id:
-            labels[BASE_ID_LABEL] = base_image_id
-            labels["org.opencontainers.image.base.digest"] = base_image_id
+            labels[LABEL["base_image_id"]] = base_image_id
+            labels[LABEL["base_digest"]] = base_image_id
         if created is not None:
-            labels[CREATED_LABEL] = created.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            labels[LABEL["created"]] = created.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         return dict(sorted(labels.items()))
 
     def engine_args(self, labels: dict[str, str]) -> dict[str, str]:
         """Build args for the engine: the image's args plus the label args."""
         args = self.build_args()
-        for key, arg in LABEL_ARGS.items():
+        for key, arg in LABEL_ARG.items():
             args.setdefault(arg, labels.get(key, ""))
         return dict(sorted(args.items()))
 

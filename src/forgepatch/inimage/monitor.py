@@ -22,6 +22,8 @@ from collections import deque
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, Iterable
 
+from forgepatch.inimage.toolchain import TOOLCHAIN_PREFIX
+from forgepatch.inimage.toolchain import parse_line as parse_toolchain
 from forgepatch.inimage.signatures import (
     PROBE_PHASE,
     SIGNATURE_BY_ID,
@@ -85,6 +87,7 @@ class Triage:
     phases: list[tuple[str, str, int]] = field(default_factory=list)  # (id, label, lineno)
     also_seen: list[str] = field(default_factory=list)  # other signature ids after the last phase
     recovered: list[str] = field(default_factory=list)  # signature ids the run progressed past
+    toolchain: dict | None = None  # what a [forgepatch-toolchain] line reported
 
     @property
     def summary(self) -> str:
@@ -104,13 +107,6 @@ class Triage:
         doc["phases"] = [{"id": i, "label": lbl, "lineno": n} for i, lbl, n in self.phases]
         doc["summary"] = self.summary
         return doc
-
-
-def _fmt(sig: Signature, groups: dict[str, str | None]) -> str:
-    try:
-        return sig.label.format(**{k: (v or "").strip() for k, v in groups.items()})
-    except (KeyError, IndexError):
-        return sig.label
 
 
 class Monitor:
@@ -144,6 +140,7 @@ class Monitor:
         self._awaiting_after: list[Hit] = []
         self.exit_code: int | None = None
         self.timed_out = False
+        self.toolchain: dict | None = None
         # traceback parser state
         self._tb_active = False
         self._tb_frames = 0
@@ -176,13 +173,15 @@ class Monitor:
 
         for sig, rx in self._sigs:
             if m := rx.search(line):
-                hit = self._hit(sig, _fmt(sig, m.groupdict()), no, short)
+                hit = self._hit(sig, sig.describe(m.groupdict()), no, short)
                 if hit:
                     events.append(Event("error", sig.id, hit.label, no, short, hit.at))
         if m := _EXIT_LINE.search(line):
             self.exit_code = int(m["code"])
         elif _TIMEOUT_LINE.search(line):
             self.timed_out = True
+        elif TOOLCHAIN_PREFIX in line and self.toolchain is None:
+            self.toolchain = parse_toolchain(line)
 
         if ev := self._traceback(line, no, short):
             events.append(ev)
@@ -233,7 +232,7 @@ class Monitor:
                     self._tb_active = False
                 return None  # another process's line interleaved into the traceback
             self._tb_active = False
-            label = _fmt(self._tb_sig, {"exception": short.strip()})
+            label = self._tb_sig.describe({"exception": short.strip()})
             if self._tb_hit is not None:  # chained: the later exception replaces the earlier
                 h = self._tb_hit
                 h.label, h.lineno, h.line, h.before, h.after = label, no, short, list(self._before), []
@@ -299,6 +298,7 @@ class Monitor:
             phases=list(self.phases),
             also_seen=sorted({h.signature for h in active} - {sig_id}),
             recovered=sorted({h.signature for h in recovered}),
+            toolchain=self.toolchain,
         )
 
 

@@ -25,6 +25,7 @@ from typing import Any, NoReturn, Sequence
 
 from forgepatch import arch as archmod
 from forgepatch.errors import BadInput
+from forgepatch.inimage import toolchain
 from forgepatch.inimage.harness import RankGroup, log_line, rank_check_result, run_check
 from forgepatch.inimage.probe_result import (
     EXIT_CODES, FAIL, INCOMPATIBLE, NO_GPU, PASS, CheckResult, aggregate_verdict,
@@ -114,10 +115,12 @@ def run_probe(args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
     settings = {"gpus": args.gpus, "replays": args.replays, "deadline_s": args.deadline,
                 "nccl_nvls_enable": os.environ.get("NCCL_NVLS_ENABLE")}
     expected = args.expected.name if args.expected else None
+    found = toolchain.collect()  # before torch is imported: reported even if the import dies
+    print(toolchain.line(found), file=sys.stderr, flush=True)
     doc_args: dict[str, Any] = dict(versions={"python": platform.python_version()}, devices=[],
                                     torch_arch_list=[], expected_arch=expected,
                                     expected_arch_source=args.expected_source, compatibility=None,
-                                    settings=settings)
+                                    settings=settings, toolchain=found)
 
     def finish(verdict: str, reason: str, checks: list[CheckResult], hung: bool = False):
         timings["total_s"] = time.monotonic() - _T0
@@ -167,6 +170,10 @@ def _run_checks(args: argparse.Namespace, group: RankGroup | None, finish: Any,
     versions, devices, arch_list = _inventory(torch)
     timings["detect_s"] = time.monotonic() - t0
     doc_args.update(versions=versions, devices=devices, torch_arch_list=arch_list)
+    # what torch itself reports is exact: it wins over the metadata found before the import
+    doc_args["toolchain"] = {**doc_args["toolchain"], "torch": versions["torch"], "cuda_runtime": versions["cuda"],
+                             "nccl": versions["nccl"] or doc_args["toolchain"].get("nccl"),
+                             "gpus": [d["name"] for d in devices]}
     if args.gpus > len(devices):
         raise BadInput(f"--gpus {args.gpus}: this machine has {len(devices)} GPU(s)")
 

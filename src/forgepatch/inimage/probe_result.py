@@ -7,11 +7,11 @@ Standard library + ``forgepatch.arch`` only, so all of it is testable on a machi
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Sequence
 
 from forgepatch import arch as archmod
+from forgepatch.inimage.signatures import SIGNATURES
 
 SCHEMA = "forgepatch.probe/1"
 
@@ -83,32 +83,23 @@ class CheckResult:
         return doc
 
 
-# Failure signatures seen in the field, most specific first (DESIGN.md §4).
-_SIGNATURES = [
-    re.compile(r"(CUBLAS_STATUS_[A-Z_]+)(?: when calling `?(\w+))?"),
-    re.compile(r"CUDA error: [^\n]+"),
-    re.compile(r"NCCL error[^\n]*"),
-    re.compile(r"ncclUnhandledCudaError|ncclSystemError|ncclInternalError|ncclInvalidUsage"),
-    re.compile(r"CUDA out of memory"),
-    re.compile(r"OutOfMemoryError|out of memory"),
-    re.compile(r"No supported CUDA architectures found[^\n]*"),
-    re.compile(r"no kernel image is available for execution on the device"),
-    re.compile(r"operation not permitted when stream is capturing|Capture cuda graph failed[^\n]*"),
-]
-
-
 def signature_of(text: str) -> str:
-    """A short, stable signature for a failure: a known field signature if the text holds one,
+    """A short, stable signature for a check's failure: the most telling entry of the
+    signature table (``signatures.SIGNATURES``, highest rank, earliest line) the text holds,
     else the last non-empty line (a traceback's ``Type: message``), at most 200 characters."""
     # Search the messages, not the source lines a traceback quotes (indented frame lines).
-    messages = "\n".join(line for line in text.splitlines() if not line.startswith((" ", "\t")))
-    for pattern in _SIGNATURES:
-        match = pattern.search(messages)
-        if match:
-            groups = [g for g in match.groups() if g]
-            found = " when calling ".join(groups) if groups else match.group(0)
-            return found.strip()[:200]
-    lines = [line.strip() for line in (messages or text).splitlines() if line.strip()]
+    messages = [line for line in text.splitlines() if not line.startswith((" ", "\t"))]
+    best = None
+    for sig in SIGNATURES:
+        rx = sig.compiled()
+        for no, line in enumerate(messages):
+            m = rx.search(line)
+            if m and (best is None or (-sig.rank, no) < (-best[0].rank, best[1])):
+                best = (sig, no, m)
+                break
+    if best is not None:
+        return best[0].describe(best[2].groupdict(), long=True)[:200]
+    lines = [line.strip() for line in (messages or text.splitlines()) if line.strip()]
     return (lines[-1] if lines else "unknown failure")[:200]
 
 
@@ -161,6 +152,7 @@ def build_document(
     checks: Sequence[CheckResult],
     timings: dict[str, float],
     seconds: float,
+    toolchain: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The probe's one JSON document (schema ``forgepatch.probe/1``)."""
     return {
@@ -171,6 +163,7 @@ def build_document(
         "expected_arch": expected_arch,
         "expected_arch_source": expected_arch_source,
         "versions": versions,
+        "toolchain": toolchain,
         "devices": devices,
         "torch_arch_list": torch_arch_list,
         "compatibility": compatibility,

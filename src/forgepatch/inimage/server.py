@@ -30,6 +30,7 @@ import time
 import urllib.error
 import urllib.request
 
+from forgepatch.inimage import toolchain
 from forgepatch.inimage.monitor import Monitor
 from forgepatch.inimage.process import pump_lines, stop_group
 from forgepatch.inimage.signatures import SIGNATURES
@@ -127,6 +128,7 @@ class Driver:
         ]
 
     def run(self) -> int:
+        print(toolchain.line(), flush=True)  # the stack this server runs on, for the result
         argv = self.argv()
         self.note(f"launch {shlex.join(argv)}")
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, process_group=0)

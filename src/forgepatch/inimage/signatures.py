@@ -1,11 +1,14 @@
-"""Failure signatures and phase markers of an SGLang start-up log, as data.
+"""Failure signatures and phase markers of an SGLang start-up log, as data: THE signature
+table (the log monitor, ``forgepatch triage`` and the probe's check failures all read it).
 
 Stdlib only: the server driver imports this inside images that carry SGLang and nothing else.
 
 A *signature* is a regex over one log line. When several match, the one with the highest
 ``rank`` names the failure (a CUBLAS status is more telling than the ``Capture cuda graph
 failed`` wrapper around it, which is more telling than the ``sigquit`` the parent prints
-afterwards). ``label`` is a ``str.format`` template over the match's named groups.
+afterwards). ``label`` is a ``str.format`` template over the match's named groups; ``detail``
+(default: ``label``) the longer text the probe reports for a failed check, where a ``[...]``
+segment is left out when the groups in it did not match. Add a signature by adding a row.
 
 A *phase marker* is a regex whose first match means the server reached that milestone;
 ``stage`` names what the server is doing after it (the "failing phase" when an error follows).
@@ -27,9 +30,30 @@ class Signature:
     label: str  # str.format template over named groups; plain text if none
     phase: str | None = None  # the failing phase this signature implies, if any
     summary: str = ""
+    detail: str | None = None  # the probe's text for it (default: label)
 
     def compiled(self) -> re.Pattern[str]:
         return re.compile(self.pattern)
+
+    def describe(self, groups: dict[str, str | None], long: bool = False) -> str:
+        """``label`` (or, with ``long``, ``detail``) filled with a match's named groups."""
+        text = render(self.detail, groups) if long and self.detail else ""
+        return text or render(self.label, groups)
+
+
+def render(template: str, groups: dict[str, str | None]) -> str:
+    """``str.format`` over ``groups`` (None -> ""), dropping each ``[...]`` segment whose
+    groups are all empty; the template itself when a group is unknown."""
+    values = {k: (v or "").strip() for k, v in groups.items()}
+
+    def segment(m: re.Match[str]) -> str:
+        names = re.findall(r"{(\w+)}", m.group(1))
+        return m.group(1) if any(values.get(n) for n in names) else ""
+
+    try:
+        return re.sub(r"\[([^\[\]]*)\]", segment, template).format(**values)
+    except (KeyError, IndexError):
+        return template
 
 
 @dataclass(frozen=True)
@@ -54,6 +78,7 @@ SIGNATURES: tuple[Signature, ...] = (
         90,
         "{status}",
         summary="a cuBLAS call failed",
+        detail="{status}[ when calling {call}]",
     ),
     Signature(
         "illegal-memory-access",
@@ -61,21 +86,32 @@ SIGNATURES: tuple[Signature, ...] = (
         90,
         "CUDA illegal memory access",
         summary="a kernel touched memory it does not own",
+        detail="CUDA error: an illegal memory access was encountered",
+    ),
+    Signature(
+        "no-kernel-image",
+        r"no kernel image is available for execution on the device",
+        75,
+        "no kernel image is available for execution on the device",
+        summary="a kernel library was built without this GPU's arch",
     ),
     Signature(
         "nccl-error",
-        r"NCCL error|nccl(?:InternalError|UnhandledCudaError|SystemError|InvalidUsage|RemoteError)"
+        r"(?P<nccl>NCCL error[^\n]*)|(?P<code>nccl(?:InternalError|UnhandledCudaError|SystemError|InvalidUsage|RemoteError))"
         r"|ProcessGroupNCCL.*(?:error|Error)",
         80,
         "NCCL error",
         summary="a collective failed",
+        detail="[{nccl}][{code}]",
     ),
     Signature(
         "oom",
-        r"CUDA out of memory|OutOfMemoryError|[Oo]ut of memory|Not enough memory\. Please try",
+        r"(?:\S*OutOfMemoryError: )?(?P<what>CUDA out of memory|[Oo]ut of memory)|OutOfMemoryError"
+        r"|Not enough memory\. Please try",
         80,
         "out of memory",
         summary="GPU memory exhausted",
+        detail="[{what}]",
     ),
     Signature(
         "cuda-error",
@@ -91,6 +127,14 @@ SIGNATURES: tuple[Signature, ...] = (
         "Capture cuda graph failed",
         phase="graph capture",
         summary="CUDA graph capture raised",
+    ),
+    Signature(
+        "capture-invalidated",
+        r"operation not permitted when stream is capturing|cudaErrorStreamCapture(?P<what>\w+)",
+        60,
+        "CUDA stream capture invalidated",
+        phase="graph capture",
+        summary="a call that is not allowed during CUDA graph capture (e.g. a first cuBLAS use)",
     ),
     Signature(
         "watchdog",

@@ -10,14 +10,17 @@ a step after the git tag fails, the tag and image tag this run made are rolled b
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from forgepatch.combination import LABEL, Trailer, format_trailers, release_identity, validated_ref
 from forgepatch.errors import BadInput, Failure
-from forgepatch.release.ledger import Ledger, chain_problem
+from forgepatch.fork.gitrepo import TagFacts
 from forgepatch.release import evidence as ev
-from forgepatch.release.combination import Combination, Evaluation, Inputs, Reason, evaluate, identity, pairs
+from forgepatch.release.check import Combination, Evaluation, Inputs, Reason, evaluate, pairs
+from forgepatch.release.ledger import Ledger, chain_problem
 
 STATUSES = ("released", "unchanged", "recorded", "would-release", "refused", "skipped")
 
@@ -51,34 +54,49 @@ def tag_name(matrix, arch: str, pin: str) -> str:
         raise BadInput(f"[release] tag_template {matrix.release.tag_template!r}: {exc} (placeholders: {{pin}} {{arch}})") from None
 
 
+def toolchain_lines(comb: Combination) -> list[str]:
+    """``toolchain: torch ... · NVIDIA H200``: one line when every profile ran on the same
+    stack, else one per profile."""
+    found = {p: (tc.line() if tc else "not recorded (results of an older forgepatch)")
+             for p, tc in comb.toolchains().items()}
+    if len(set(found.values())) == 1:
+        return [f"toolchain: {next(iter(found.values()))}"]
+    return ["toolchain:"] + [f"  {p}: {line}" for p, line in found.items()]
+
+
 def tag_message(comb: Combination, tag: str) -> str:
     img = comb.image
+    up = img.upstream
     lines = [f"forgepatch release {comb.pin} {comb.arch}: {len(comb.profiles)} required smoke profile(s) passed", "",
              f"fork branch {comb.branch} at {comb.commit}",
              f"upstream {comb.upstream or '(unknown)'}, patchset {comb.patchset}",
-             f"image {img.id} ({img.ref or 'untagged'}), built {ev.iso(img.created)}",
+             f"image {img.id} ({img.ref or 'untagged'}), built {ev.iso(img.created)}"
+             + (f", digest {img.digest}" if img.digest else ""),
+             f"image upstream {up.describe() if up else '(not recorded)'}, engine {img.labels.get(LABEL['engine']) or '(not recorded)'}",
+             *toolchain_lines(comb),
              "smoke results:"]
     width = max(len(p) for p in comb.profiles)
     for prof, rec in comb.profiles.items():
         lines.append(f"  {prof:<{width}}  pass  job {rec['job']}  finished {rec['finished_at']}")
     for f in comb.results:
         lines.append(f"results file {f.path.name} sha256:{f.sha256}")
-    lines += ["", f"Forgepatch-Pin: {comb.pin}", f"Forgepatch-Arch: {comb.arch}", f"Forgepatch-Commit: {comb.commit}",
-              f"Forgepatch-Patchset: {comb.patchset}", f"Forgepatch-Image: {img.id}",
-              f"Forgepatch-Profiles: {','.join(sorted(comb.profiles))}",
-              f"Forgepatch-Results-Sha256: {','.join(f.sha256 for f in comb.results)}"]
-    return "\n".join(lines) + "\n"
+    trailers = format_trailers({
+        Trailer.PIN: comb.pin, Trailer.ARCH: comb.arch, Trailer.COMMIT: comb.commit, Trailer.PATCHSET: comb.patchset,
+        Trailer.IMAGE: img.id, Trailer.IMAGE_DIGEST: img.digest, Trailer.PROFILES: ",".join(sorted(comb.profiles)),
+        Trailer.RESULTS: ",".join(f.sha256 for f in comb.results),
+    })
+    return "\n".join(lines) + "\n\n" + trailers
 
 
-def tag_identity(facts: ev.TagFacts) -> dict[str, Any]:
+def tag_identity(facts: TagFacts) -> dict[str, Any]:
     t = facts.trailers
-    return identity(t.get("Forgepatch-Pin"), t.get("Forgepatch-Arch"), facts.commit, t.get("Forgepatch-Patchset"),
-                    t.get("Forgepatch-Image"), [p for p in t.get("Forgepatch-Profiles", "").split(",") if p])
+    return release_identity(t.get(Trailer.PIN), t.get(Trailer.ARCH), facts.commit, t.get(Trailer.PATCHSET),
+                            t.get(Trailer.IMAGE), [p for p in t.get(Trailer.PROFILES, "").split(",") if p])
 
 
 def entry_identity(entry: dict[str, Any]) -> dict[str, Any]:
-    return identity(entry.get("pin"), entry.get("arch"), entry.get("commit"), entry.get("patchset"),
-                    (entry.get("image") or {}).get("id"), list(entry.get("profiles") or {}))
+    return release_identity(entry.get("pin"), entry.get("arch"), entry.get("commit"), entry.get("patchset"),
+                            (entry.get("image") or {}).get("id"), list(entry.get("profiles") or {}))
 
 
 def _differences(a: dict[str, Any], b: dict[str, Any]) -> str:
@@ -92,12 +110,15 @@ def _short(value: Any) -> str:
     return str(value)
 
 
-def make_entry(comb: Combination, tag: ev.TagFacts, validated: str, archives: dict[str, str], repo, now: datetime) -> dict[str, Any]:
+def make_entry(comb: Combination, tag: TagFacts, validated: str, archives: dict[str, str], repo, now: datetime) -> dict[str, Any]:
+    toolchains = {p: (tc.model_dump(mode="json") if tc else None) for p, tc in comb.toolchains().items()}
+    common = list({json.dumps(v, sort_keys=True) for v in toolchains.values()})
     return {
         "tag": tag.name, "tag_object": tag.object,
-        "pin": comb.pin, "arch": comb.arch, "repo": str(repo),
+        "pin": comb.pin, "arch": comb.arch, "repo": str(repo.root),
         "branch": comb.branch, "commit": comb.commit, "upstream": comb.upstream, "patchset": comb.patchset,
         "image": {**comb.image.to_json(), "validated": validated},
+        "toolchain": json.loads(common[0]) if len(common) == 1 else None,
         "profiles": comb.profiles,
         "results": [{"path": str(f.path), "sha256": f.sha256, "archive": archives[f.sha256]} for f in comb.results],
         "released_at": ev.iso(now),
@@ -149,20 +170,20 @@ def _one(inp: Inputs, ledger: Ledger, entries: list[dict[str, Any]], arch: str, 
     assert comb is not None
     want = comb.identity()
     recorded = [e for e in entries if e.get("tag") == tag]
-    existing = ev.tag(inp.repo, tag)
+    existing = inp.repo.tag(tag)
     if recorded:
         had = entry_identity(recorded[-1])
         if had != want:
             out.reasons.append(Reason("tag-taken", f"tag {tag} already names a different combination ({_differences(want, had)}); tags are immutable"))
         elif existing is None or existing.object != recorded[-1].get("tag_object"):
-            out.reasons.append(Reason("tag-missing", f"tag {tag} is in the ledger but {'missing from' if existing is None else 'different in'} {inp.repo}; run `forgepatch verify {tag}`"))
+            out.reasons.append(Reason("tag-missing", f"tag {tag} is in the ledger but {'missing from' if existing is None else 'different in'} {inp.repo.root}; run `forgepatch verify {tag}`"))
         else:
             out.status = "unchanged"
         return out
     if existing is not None:
         if not existing.annotated or tag_identity(existing) != want:
             had = tag_identity(existing) if existing.annotated else {"commit": existing.commit}
-            out.reasons.append(Reason("tag-taken", f"tag {tag} already exists in {inp.repo} for a different combination ({_differences(want, had)}); tags are immutable"))
+            out.reasons.append(Reason("tag-taken", f"tag {tag} already exists in {inp.repo.root} for a different combination ({_differences(want, had)}); tags are immutable"))
             return out
     if dry_run:
         out.status = "would-release"
@@ -170,27 +191,27 @@ def _one(inp: Inputs, ledger: Ledger, entries: list[dict[str, Any]], arch: str, 
     return _publish(inp, ledger, out, comb, existing)
 
 
-def _publish(inp: Inputs, ledger: Ledger, out: Outcome, comb: Combination, existing: ev.TagFacts | None) -> Outcome:
+def _publish(inp: Inputs, ledger: Ledger, out: Outcome, comb: Combination, existing: TagFacts | None) -> Outcome:
     """Write the release (or, with ``existing``, record a tag an interrupted run made)."""
     api, now = inp.api, datetime.now(timezone.utc)
     archives = {f.sha256: str(ledger.archive_results(f.data).relative_to(ledger.path.parent)) for f in comb.results}
     created = None
     if existing is None:
-        created = ev.create_tag(inp.repo, out.tag, comb.commit, tag_message(comb, out.tag))
+        created = inp.repo.create_tag(out.tag, comb.commit, tag_message(comb, out.tag))
         if created is None:  # lost a race to a process using another ledger
-            existing = ev.tag(inp.repo, out.tag)
+            existing = inp.repo.tag(out.tag)
             if existing is None or not existing.annotated or tag_identity(existing) != comb.identity():
                 out.reasons.append(Reason("tag-taken", f"tag {out.tag} was just created by another process for a different combination"))
                 return out
     facts = created or existing
-    validated = ev.validated_tag(inp.matrix.smoke.image_repo, comb.pin, comb.arch)
+    validated = validated_ref(inp.matrix.smoke.image_repo, comb.pin, comb.arch)
     before = ev.resolve_tag(api, validated)
     try:
         ev.set_image_tag(api, comb.image.id, validated)
         out.entry = ledger.append(make_entry(comb, facts, validated, archives, inp.repo, now))
     except BaseException:
-        if created is not None:
-            ev.delete_created_tag(inp.repo, created)
+        if created is not None:  # roll back the tag this run made (only if it is still ours)
+            inp.repo.delete_ref(f"refs/tags/{created.name}", created.object)
         if before and before != comb.image.id:
             ev.set_image_tag(api, before, validated)
         elif not before:

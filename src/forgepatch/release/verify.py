@@ -11,14 +11,15 @@ file has its recorded sha256 and still shows every recorded profile passing on t
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
+from forgepatch.combination import LABEL, Trailer, branch_name
+from forgepatch.combination.results import SmokeResults
 from forgepatch.errors import BadInput
-from forgepatch.release.ledger import Ledger, chain_problem, sha256_bytes
+from forgepatch.fork.gitrepo import GitRepo, TagFacts
 from forgepatch.release import evidence as ev
+from forgepatch.release.ledger import Ledger, chain_problem, sha256_bytes
 from forgepatch.release.publish import entry_identity, tag_identity
 
 
@@ -52,7 +53,7 @@ class _Stop(Exception):
     pass
 
 
-def verify(repo: Path, ledger: Ledger, tag: str, api_factory: Callable[[], Any]) -> Verification:
+def verify(repo: GitRepo, ledger: Ledger, tag: str, api_factory: Callable[[], Any]) -> Verification:
     entries = ledger.read(required=True)
     out = Verification(tag)
 
@@ -70,11 +71,11 @@ def verify(repo: Path, ledger: Ledger, tag: str, api_factory: Callable[[], Any])
         check("ledger", problem is None, f"{ledger.path}: {problem}")
         check("ledger", None, f"{len(entries)} entries, hash chain intact")
         mine = [e for e in entries if e.get("tag") == tag]
-        facts = ev.tag(repo, tag)
+        facts = repo.tag(tag)
         if not mine:
             if facts is None:
-                raise BadInput(f"verify: unknown tag {tag!r} (not in {ledger.path}, not in {repo})")
-            check("entry", False, f"tag {tag} exists in {repo} but has no entry in {ledger.path}")
+                raise BadInput(f"verify: unknown tag {tag!r} (not in {ledger.path}, not in {repo.root})")
+            check("entry", False, f"tag {tag} exists in {repo.root} but has no entry in {ledger.path}")
         entry = out.entry = mine[-1]
         _check_tag(check, repo, tag, entry, facts)
         _check_branch(check, repo, entry)
@@ -86,8 +87,8 @@ def verify(repo: Path, ledger: Ledger, tag: str, api_factory: Callable[[], Any])
     return out
 
 
-def _check_tag(check, repo: Path, tag: str, entry: dict[str, Any], facts: ev.TagFacts | None) -> None:
-    check("tag", facts is not None, f"tag {tag} is missing from {repo} (the ledger records {str(entry.get('tag_object'))[:12]})")
+def _check_tag(check, repo: GitRepo, tag: str, entry: dict[str, Any], facts: TagFacts | None) -> None:
+    check("tag", facts is not None, f"tag {tag} is missing from {repo.root} (the ledger records {str(entry.get('tag_object'))[:12]})")
     check("tag", facts.annotated, f"tag {tag} is a lightweight tag now; the release made an annotated one")
     check("tag", facts.object == entry.get("tag_object"),
           f"tag {tag} is tag object {facts.object[:12]}, the ledger recorded {str(entry.get('tag_object'))[:12]} (tag re-created)")
@@ -95,20 +96,20 @@ def _check_tag(check, repo: Path, tag: str, entry: dict[str, Any], facts: ev.Tag
     got, want = tag_identity(facts), entry_identity(entry)
     diff = [k for k in want if want[k] != got.get(k)]
     shas = ",".join(r.get("sha256", "") for r in entry.get("results") or [])
-    if not diff and facts.trailers.get("Forgepatch-Results-Sha256") != shas:
+    if not diff and facts.trailers.get(Trailer.RESULTS) != shas:
         diff = ["results sha256"]
     check("tag-message", not diff,
           f"ledger and tag message disagree on {', '.join(diff)}" + (f": ledger {_s(want.get(diff[0]))}, tag {_s(got.get(diff[0]))}" if diff and diff[0] in want else ""))
     check("tag", None, f"{tag} -> {facts.commit[:12]} (tag object {facts.object[:12]}), message agrees with the ledger")
 
 
-def _check_branch(check, repo: Path, entry: dict[str, Any]) -> None:
-    name = entry.get("branch") or ev.branch_name(entry["arch"], entry["pin"])
+def _check_branch(check, repo: GitRepo, entry: dict[str, Any]) -> None:
+    name = entry.get("branch") or branch_name(entry["arch"], entry["pin"])
     br = ev.branch(repo, name)
-    check("branch", br is not None, f"fork branch {name} is gone from {repo}")
+    check("branch", br is not None, f"fork branch {name} is gone from {repo.root}")
     check("branch", br.head == entry.get("commit"),
           f"fork branch {name} moved: it is at {br.head[:12]}, the release tagged {str(entry.get('commit'))[:12]}")
-    made_with = br.trailers.get(ev.TRAILER_PATCHSET)
+    made_with = br.trailers.get(Trailer.PATCHSET)
     check("branch", made_with in (None, entry.get("patchset")),
           f"fork branch {name} head carries patchset {made_with}, the ledger recorded {entry.get('patchset')}")
     check("branch", None, f"{name} at {br.head[:12]}")
@@ -120,7 +121,7 @@ def _check_image(check, api, entry: dict[str, Any], newest: bool) -> None:
     image = ev.inspect_image(api, image_id) if image_id else None
     check("image", image is not None, f"image {str(image_id)[:19]} is no longer in the Docker engine")
     labels = image.labels
-    for key, want in ((ev.LABEL_ARCH, entry["arch"]), (ev.LABEL_PIN, entry["pin"]), (ev.LABEL_PATCHSET, entry.get("patchset"))):
+    for key, want in ((LABEL["arch"], entry["arch"]), (LABEL["pin"], entry["pin"]), (LABEL["patchset"], entry.get("patchset"))):
         check("image", labels.get(key) == want, f"image {image_id[:19]} has label {key}={labels.get(key)!r}, the ledger recorded {want!r}")
     if rec.get("ref"):
         now = ev.resolve_tag(api, rec["ref"])
@@ -140,22 +141,22 @@ def _check_results(check, ledger: Ledger, entry: dict[str, Any]) -> None:
         check("results", data is not None, f"archived results {rec.get('archive')} are missing")
         check("results", sha256_bytes(data) == rec["sha256"], f"archived results {rec.get('archive')} do not hash to {rec['sha256'][:12]} (edited)")
         try:
-            jobs += [j for j in json.loads(data).get("jobs", []) if isinstance(j, dict)]
-        except (ValueError, AttributeError):
+            jobs += SmokeResults.parse(rec.get("archive") or rec["sha256"], data).jobs
+        except BadInput:
             check("results", False, f"archived results {rec.get('archive')} are not a results document")
     image = entry.get("image") or {}
     created = ev.parse_time(image.get("created"))
     profiles = entry.get("profiles") or {}
     check("results", bool(profiles), "the ledger entry records no profiles")
     for prof, rec in profiles.items():
-        job = next((j for j in jobs if j.get("id") == rec.get("job") and j.get("profile") == prof
-                    and j.get("finished_at") == rec.get("finished_at")), None)
+        job = next((j for j in jobs if j.id == rec.get("job") and j.profile == prof
+                    and j.finished_at == rec.get("finished_at")), None)
         check("results", job is not None, f"profile {prof}: job {rec.get('job')} is not in the archived results")
-        check("results", (job.get("arch"), job.get("pin")) == (entry["arch"], entry["pin"]), f"profile {prof}: job {job.get('id')} is for {job.get('arch')}/{job.get('pin')}")
-        check("results", job.get("status") == "pass", f"profile {prof}: job {job.get('id')} is {job.get('status')}, not pass")
-        check("results", job.get("image_id") == image.get("id"), f"profile {prof}: job ran on image {str(job.get('image_id'))[:19]}, not {str(image.get('id'))[:19]}")
-        check("results", job.get("patchset") == entry.get("patchset"), f"profile {prof}: job recorded patchset {job.get('patchset')}, not {entry.get('patchset')}")
-        when = ev.parse_time(job.get("finished_at"))
+        check("results", (job.arch, job.pin) == (entry["arch"], entry["pin"]), f"profile {prof}: job {job.id} is for {job.arch}/{job.pin}")
+        check("results", job.status == "pass", f"profile {prof}: job {job.id} is {job.status}, not pass")
+        check("results", job.image_id == image.get("id"), f"profile {prof}: job ran on image {str(job.image_id)[:19]}, not {str(image.get('id'))[:19]}")
+        check("results", job.patchset == entry.get("patchset"), f"profile {prof}: job recorded patchset {job.patchset}, not {entry.get('patchset')}")
+        when = ev.parse_time(job.finished_at)
         check("results", when is not None and created is not None and when >= created, f"profile {prof}: job finished before the image was created")
     check("results", None, f"{len(profiles)} profile(s) passed on {str(image.get('id'))[:19]}: {', '.join(profiles)}")
 

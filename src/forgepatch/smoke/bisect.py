@@ -18,7 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from forgepatch.smoke.jobs import JobResult, JobSpec
+from forgepatch.combination.results import JobResult
+from forgepatch.smoke.jobs import JobSpec
 
 # Short names for well-known SGLang flags in the report ({v} is the flag's value).
 ALIASES = {

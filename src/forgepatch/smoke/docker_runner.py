@@ -18,23 +18,18 @@ import time
 import uuid
 from pathlib import Path
 
+from forgepatch.combination import CONTAINER_JOB, CONTAINER_OWNER, CONTAINER_RUN
 from forgepatch.errors import BadInput
-from forgepatch.smoke.jobs import JobSpec, LogSink, RunOutcome
 from forgepatch.inimage.monitor import LineSplitter
+from forgepatch.dockerapi import repo_digest
+from forgepatch.inimage.toolchain import prelude
+from forgepatch.smoke.jobs import JobSpec, LogSink, RunOutcome
 
-LABEL = "forgepatch.smoke"
-OWNER = "forgepatch.owner"  # host:pid of the forgepatch process that made it
+LABEL, OWNER = CONTAINER_RUN, CONTAINER_OWNER  # container labels (forgepatch.combination)
 
 
 def _owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def _base_url(client) -> str:
-    url = client.api.base_url
-    if url.startswith("http+docker://"):  # a unix socket: docker-py rewrites it
-        return "unix://" + client.api.adapters["http+docker://"].socket_path
-    return url
 
 
 def _pid_alive(pid: int) -> bool:
@@ -51,19 +46,16 @@ class DockerRunner:
     name = "docker"
 
     def __init__(self, client=None, shm_size: str = "16g"):
-        if client is None:
-            import docker
+        from forgepatch import dockerapi
 
+        if client is None:
             try:
-                client = docker.from_env()
-                client.ping()
-            except Exception as exc:
-                raise BadInput(f"--runner docker: no Docker engine reachable ({type(exc).__name__})") from None
+                client = dockerapi.client()
+            except BadInput as exc:
+                raise BadInput(f"--runner docker: {exc}") from None
         self.client = client
         # log streams can be silent for minutes (weight loading): no read timeout on them
-        import docker
-
-        self.stream_api = docker.APIClient(base_url=_base_url(client), version=client.api.api_version, timeout=None)
+        self.stream_api = dockerapi.streaming_api(client)
         self.run_id = uuid.uuid4().hex[:8]
         self.shm_size = shm_size
 
@@ -110,12 +102,12 @@ class DockerRunner:
 
         kwargs = dict(
             image=spec.image,
-            command=list(spec.command),
+            command=prelude("python3", list(spec.command)) if spec.kind == "command" else list(spec.command),
             name=name,
             detach=True,
             init=True,
             environment={"PYTHONUNBUFFERED": "1", **spec.env},
-            labels={LABEL: self.run_id, "forgepatch.job": spec.id, OWNER: _owner()},
+            labels={LABEL: self.run_id, CONTAINER_JOB: spec.id, OWNER: _owner()},
             network_mode=None if spec.network else "none",
             shm_size=self.shm_size if spec.kind == "server" else None,
         )
@@ -132,7 +124,8 @@ class DockerRunner:
         state = {"timed_out": False, "interrupted": False}
         done = threading.Event()
         container = None
-        image_id = patchset = None
+        image_id = digest = None
+        labels: dict[str, str] = {}
         code: int | None = None
         stdout = ""
         error = None
@@ -158,7 +151,9 @@ class DockerRunner:
         try:
             container = self.client.containers.create(**self._create_kwargs(spec, gpu_ids, name))
             image_id = container.attrs.get("Image")
-            patchset = ((self.client.api.inspect_image(image_id).get("Config") or {}).get("Labels") or {}).get("forgepatch.patchset")
+            inspected = self.client.api.inspect_image(image_id)
+            labels = dict((inspected.get("Config") or {}).get("Labels") or {})
+            digest = repo_digest(inspected)
             if not (state["interrupted"] or cancel.is_set()):
                 container.start()
                 split = LineSplitter()
@@ -184,7 +179,7 @@ class DockerRunner:
             stdout = Path(log_path).read_text(encoding="utf-8", errors="replace")
         return RunOutcome(code, state["timed_out"], state["interrupted"], str(log_path), triage, stdout,
                           time.monotonic() - t0, gpu_ids, error=None if (state["timed_out"] or state["interrupted"]) else error,
-                          image_id=image_id, patchset=patchset)
+                          image_id=image_id, image_digest=digest, image_labels=labels)
 
     def _remove(self, name: str) -> None:
         """Force-remove a container by name; retry while the engine is busy; never raise."""

@@ -1,6 +1,7 @@
 """Smoke jobs: what one job runs (``JobSpec``), what a runner saw (``RunOutcome``) and the
-verdict (``JobResult``), plus the streaming glue every runner shares and the local runner.
-(``runners.ProcessResult`` is what a plain ``forgepatch probe`` run saw, not a verdict.)
+verdict (``combination.results.JobResult``, the results schema), plus the streaming glue every
+runner shares and the local runner. (``runners.ProcessResult`` is what a plain ``forgepatch
+probe`` run saw, not a verdict.)
 
 A runner runs ``spec.command`` (in an image, or on this host), streams its output line by line
 into the per-job log file and a ``Monitor``, enforces the hard timeout, honours ``cancel`` and
@@ -12,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Protocol
@@ -39,6 +40,7 @@ class JobSpec:
     env: dict[str, str] = field(default_factory=dict)
     markers: dict[str, str] = field(default_factory=dict)
     required: bool = True
+    index: int | None = None  # position in the unsharded plan
 
 
 @dataclass
@@ -53,53 +55,8 @@ class RunOutcome:
     gpu_ids: list[int] = field(default_factory=list)
     error: str | None = None  # the runner itself failed (engine error, ...)
     image_id: str | None = None  # the exact image the job ran in (docker runner)
-    patchset: str | None = None  # that image's forgepatch.patchset label
-
-
-@dataclass
-class JobResult:
-    id: str
-    arch: str
-    pin: str
-    profile: str
-    kind: str
-    status: str  # pass | fail | timeout | skipped | error | interrupted
-    summary: str
-    flags: list[str] = field(default_factory=list)
-    image: str | None = None
-    runner: str = ""
-    signature: str | None = None
-    label: str | None = None
-    last_phase: str | None = None
-    failing_phase: str | None = None
-    error_line: str | None = None
-    error_lineno: int | None = None
-    exit_code: int | None = None
-    timed_out: bool = False
-    log_path: str | None = None
-    duration_s: float = 0.0
-    gpu_ids: list[int] = field(default_factory=list)
-    required: bool = True
-    verdict: str | None = None  # the probe's verdict
-    probe: dict | None = None
-    context: list[dict] = field(default_factory=list)
-    # what `forgepatch release` matches results on: the image ID and patchset the job ran
-    # with, and when it finished (UTC, ISO 8601)
-    image_id: str | None = None
-    patchset: str | None = None
-    finished_at: str | None = None
-
-    @property
-    def failed(self) -> bool:
-        return self.status in FAILING
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, doc: dict) -> "JobResult":
-        known = cls.__dataclass_fields__
-        return cls(**{k: v for k, v in doc.items() if k in known})
+    image_digest: str | None = None  # its registry digest, when it has one
+    image_labels: dict[str, str] = field(default_factory=dict)  # that image's labels
 
 
 class Runner(Protocol):
@@ -140,14 +97,18 @@ def judge(spec: JobSpec, out: RunOutcome, runner: str = "") -> JobResult:
     """Pass / fail / timeout / skipped for one job, with the monitor's findings attached."""
     doc = extract_json(out.stdout) if spec.kind == "probe" else None
     t = with_probe_verdict(out.triage, doc)
+    found = (doc or {}).get("toolchain") or t.toolchain
+    labels = out.image_labels
     res = JobResult(
         id=spec.id, arch=spec.arch, pin=spec.pin, profile=spec.profile, kind=spec.kind, status="fail",
-        summary="", flags=list(spec.flags), image=spec.image, runner=runner, signature=t.signature,
+        summary="", index=spec.index, flags=list(spec.flags), image=spec.image, runner=runner, signature=t.signature,
         label=t.label, last_phase=t.last_phase, failing_phase=t.failing_phase, error_line=t.error_line,
         error_lineno=t.error_lineno, exit_code=out.exit_code, timed_out=out.timed_out, log_path=out.log_path,
         duration_s=round(out.duration_s, 3), gpu_ids=list(out.gpu_ids), required=spec.required,
         context=[{"lineno": n, "line": s} for n, s in t.context],
-        image_id=out.image_id, patchset=out.patchset,
+        image_id=out.image_id, image_digest=out.image_digest, patchset=labels.get(LABEL["patchset"]),
+        upstream=labels.get(LABEL["upstream"]), engine=labels.get(LABEL["engine"]),
+        toolchain=Toolchain.model_validate(found) if isinstance(found, dict) else None,
         finished_at=datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z"),
     )
     seen = {p[0] for p in t.phases}
@@ -205,12 +166,12 @@ class LocalRunner:
         argv = list(spec.command)
         if argv and argv[0] in ("python3", "python"):
             argv[0] = sys.executable
-        return argv
+        return prelude(sys.executable, argv) if spec.kind == "command" else argv
 
     def _env(self, spec: JobSpec, gpu_ids: list[int]) -> dict[str, str]:
         env = dict(os.environ)
         env.update(spec.env)
-        src = str(Path(__file__).resolve().parents[2])
+        src = str(PACKAGE_DIR.parent)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
         env["PYTHONUNBUFFERED"] = "1"
         if gpu_ids:

@@ -1,10 +1,9 @@
 """The smoke matrix: arch x pin x profile jobs from matrix.toml, and running them in parallel
 across GPU slots.
 
-Job set (same semantics as a GitHub Actions matrix): every profile in ``arches.<a>.profiles``
-for every pin of that arch (``arches.<a>.pins``, default all), minus ``[[smoke.exclude]]``
-matches, plus ``[[smoke.include]]`` matches (a rule's missing keys match anything configured).
-``--arch/--pin/--profile`` then filter, and ``--shard I/N`` keeps every N-th job.
+Job set: ``Matrix.combos()`` (the one place include/exclude rules are read; release asks it
+too). ``--arch/--pin/--profile`` then filter, and ``--shard I/N`` keeps every N-th job; each job
+keeps its index in the unsharded plan, so shards merge back into the unsharded order.
 """
 
 from __future__ import annotations
@@ -15,20 +14,13 @@ import threading
 from pathlib import Path
 from typing import Callable
 
+from forgepatch.combination import smoke_image
+from forgepatch.combination.results import JobResult
 from forgepatch.errors import BadInput
-from forgepatch.smoke.jobs import JobResult, JobSpec, Runner, judge
+from forgepatch.smoke.jobs import JobSpec, Runner, judge
 
 PROBE_COMMAND = ["python3", "-m", "forgepatch.inimage.probe", "--json"]
-
-
-def combos(matrix) -> list[tuple[str, str, str]]:
-    """(arch, pin, profile) triples after include/exclude, in a stable order."""
-    base = [(a, p, prof) for a, cfg in matrix.arches.items() for p in (cfg.pins or list(matrix.pins)) for prof in cfg.profiles]
-    kept = [c for c in base if not any(r.matches(*c) for r in matrix.smoke.exclude)]
-    everything = [(a, p, prof) for a in matrix.arches for p in matrix.pins for prof in matrix.profiles]
-    for rule in matrix.smoke.include:
-        kept += [c for c in everything if rule.matches(*c) and c not in kept]
-    return kept
+SERVER_COMMAND = ["python3", "-m", "forgepatch.inimage.server"]
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:
@@ -45,27 +37,37 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
 
 def select(matrix, arch: str | None = None, pin: str | None = None, profile: str | None = None,
            shard: tuple[int, int] | None = None) -> list[tuple[str, str, str]]:
-    """Filtered combos; BadInput for unknown names."""
+    """Filtered combos (``Matrix.combos``), then shard I of N; BadInput for unknown names."""
+    return [c for _, c in plan(matrix, arch, pin, profile, shard)]
+
+
+def plan(matrix, arch: str | None = None, pin: str | None = None, profile: str | None = None,
+         shard: tuple[int, int] | None = None) -> list[tuple[int, tuple[str, str, str]]]:
+    """(index in the unsharded plan, combo) for the selected jobs of shard I of N."""
     if arch is not None:
         matrix.arch(arch)
     if pin is not None:
         matrix.pin(pin)
     if profile is not None:
         matrix.profile(profile)
-    chosen = [c for c in combos(matrix) if (arch in (None, c[0])) and (pin in (None, c[1])) and (profile in (None, c[2]))]
+    chosen = [c for c in matrix.combos() if (arch in (None, c[0])) and (pin in (None, c[1])) and (profile in (None, c[2]))]
+    indexed = list(enumerate(chosen))
     if shard:
         i, n = shard
-        chosen = chosen[i - 1 :: n]
-    return chosen
+        indexed = indexed[i - 1 :: n]
+    return indexed
+
+
+def default_job_id(arch: str, pin: str, profile: str) -> str:
+    return f"{arch}-{pin}-{profile}"
 
 
 def image_for(matrix, arch: str, pin: str, image: str | None = None) -> str:
-    template = image or matrix.smoke.image
-    return template.format(repo=matrix.smoke.image_repo, arch=arch, pin=pin)
+    return smoke_image(image or matrix.smoke.image, matrix.smoke.image_repo, pin, arch)
 
 
 def job_spec(matrix, arch: str, pin: str, profile: str, image: str | None = None,
-             flags: list[str] | None = None, job_id: str | None = None) -> JobSpec:
+             flags: list[str] | None = None, job_id: str | None = None, index: int | None = None) -> JobSpec:
     """The job for one combination (``flags`` overrides the profile's, for bisection)."""
     prof = matrix.profile(profile)
     kind = matrix.profile_kind(profile)
@@ -78,15 +80,16 @@ def job_spec(matrix, arch: str, pin: str, profile: str, image: str | None = None
     else:
         if not matrix.smoke.model:
             raise BadInput(f"profile {profile!r} runs an SGLang server but [smoke] model is not set")
-        command = ["python3", "-m", "forgepatch.inimage.server", "--model-path", matrix.smoke.model,
+        command = [*SERVER_COMMAND, "--model-path", matrix.smoke.model,
                    "--launch", matrix.smoke.server_command, "--timeout", f"{prof.timeout_s - min(30.0, max(1.0, prof.timeout_s / 10)):g}"]
         if pin_cfg.markers:
             command += ["--markers", json.dumps(pin_cfg.markers)]
         command += ["--", *flags]
     return JobSpec(
-        id=job_id or f"{arch}-{pin}-{profile}", arch=arch, pin=pin, profile=profile, kind=kind, command=command,
+        id=job_id or default_job_id(arch, pin, profile), arch=arch, pin=pin, profile=profile, kind=kind, command=command,
         image=image_for(matrix, arch, pin, image), flags=flags, gpus=prof.gpus, network=prof.network,
         timeout_s=float(prof.timeout_s), env=dict(prof.env), markers=dict(pin_cfg.markers), required=prof.required,
+        index=index,
     )
 
 
@@ -127,8 +130,9 @@ def run_jobs(specs: list[JobSpec], runner: Runner, logs_dir: Path, parallel: int
             out = runner.run(spec, ids, logs_dir / f"{spec.id}.log", cancel)
             res = judge(spec, out, runner.name)
         except Exception as exc:  # a runner bug must not hang the scheduler
-            res = JobResult(spec.id, spec.arch, spec.pin, spec.profile, spec.kind, "error", f"runner error: {exc}",
-                            flags=spec.flags, image=spec.image, runner=runner.name)
+            res = JobResult(id=spec.id, arch=spec.arch, pin=spec.pin, profile=spec.profile, kind=spec.kind,
+                            status="error", summary=f"runner error: {exc}", index=spec.index, flags=spec.flags,
+                            image=spec.image, runner=runner.name)
         with cond:
             results[spec.id] = res
             free.extend(ids)

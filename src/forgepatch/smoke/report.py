@@ -1,4 +1,5 @@
-"""Smoke results as JSON, JUnit XML and a Markdown compatibility table.
+"""Smoke results as JUnit XML and a Markdown compatibility table (the JSON document is
+``combination.results.SmokeResults``).
 
 Table: one row per arch x pin, one column per profile; a cell is ``pass``, ``skip (why)``, or
 ``FAIL: <signature> in <phase>``; ``-`` where that combination is not in the matrix.
@@ -9,19 +10,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from forgepatch.smoke.jobs import JobResult
-
-
-def summary(results: list[JobResult]) -> dict:
-    counts: dict[str, int] = {}
-    for r in results:
-        counts[r.status] = counts.get(r.status, 0) + 1
-    failed_required = [r.id for r in results if r.failed and r.required]
-    return {"jobs": len(results), "by_status": counts, "failed_required": failed_required, "ok": not failed_required}
-
-
-def to_json(results: list[JobResult], **extra) -> dict:
-    return {"summary": summary(results), "jobs": [r.to_dict() for r in results], **extra}
+from forgepatch.combination.results import JobResult
 
 
 def cell(r: JobResult) -> str:

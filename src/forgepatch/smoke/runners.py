@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from forgepatch.inimage.process import LineCallback, follow_session, start_session
+from forgepatch.paths import PACKAGE_DIR
 
 
 @dataclass
@@ -115,7 +116,7 @@ def probe_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment for a probe subprocess: this one, with forgepatch importable (the
     directory holding this package on PYTHONPATH) and NVLink multicast kept off."""
     env = dict(os.environ if base is None else base)
-    src = str(Path(__file__).resolve().parents[2])
+    src = str(PACKAGE_DIR.parent)
     parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     if src not in parts:
         env["PYTHONPATH"] = os.pathsep.join([src, *parts])

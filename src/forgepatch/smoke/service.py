@@ -7,9 +7,10 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from forgepatch.combination.results import JobResult, Plan, SmokeResults
 from forgepatch.errors import BadInput
-from forgepatch.smoke.jobs import JobResult, LocalRunner
-from forgepatch.smoke.matrix import job_spec, parse_shard, run_jobs, select
+from forgepatch.smoke.jobs import LocalRunner
+from forgepatch.smoke.matrix import default_job_id, job_spec, parse_shard, plan as plan_jobs, run_jobs, select
 
 
 def make_runner(name: str):
@@ -32,17 +33,19 @@ def logs_root(logs: Path | None) -> Path:
 
 
 def plan(matrix, arch=None, pin=None, profile=None, shard=None, image=None):
-    combos = select(matrix, arch, pin, profile, parse_shard(shard))
-    return [job_spec(matrix, a, p, prof, image) for a, p, prof in combos]
+    return [job_spec(matrix, a, p, prof, image, index=i)
+            for i, (a, p, prof) in plan_jobs(matrix, arch, pin, profile, parse_shard(shard))]
 
 
 def smoke(matrix, runner_name: str, arch=None, pin=None, profile=None, shard=None, image=None,
           parallel=None, logs: Path | None = None, on_result: Callable[[JobResult], None] | None = None,
-          cache: bool = True) -> tuple[list[JobResult], Path]:
+          cache: bool = True) -> tuple[SmokeResults, Path]:
+    """Run the selected jobs; the results document (``combination.results``) and the logs."""
     specs = plan(matrix, arch, pin, profile, shard, image)
+    whole = Plan.of([default_job_id(*c) for c in select(matrix, arch, pin, profile)])
     if not specs:
         if shard:
-            return [], Path(".")
+            return SmokeResults.of([], plan=whole, shard=shard), Path(".")
         raise BadInput("no smoke jobs match (check --arch/--pin/--profile and arches.<a>.profiles)")
     runner = make_runner(runner_name)
     run_dir = logs_root(logs)
@@ -54,7 +57,7 @@ def smoke(matrix, runner_name: str, arch=None, pin=None, profile=None, shard=Non
         for spec, res in zip(specs, results):
             if res.status not in ("error", "interrupted"):
                 rc.put(cache_key(spec, runner.name, fingerprint(runner, spec)), res)
-    return results, run_dir
+    return SmokeResults.of(results, plan=whole, shard=shard, logs=str(run_dir)), run_dir
 
 
 def result_cache():

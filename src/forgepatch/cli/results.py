@@ -1,0 +1,45 @@
+"""``forgepatch results merge``: shard results into one document (for release and reports)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from forgepatch.cli._state import console, print_json
+
+results_app = typer.Typer(rich_markup_mode=None, help="Work with smoke results files.", no_args_is_help=True)
+
+
+def merge_cmd(
+    files: List[Path] = typer.Argument(..., help="Results files (`forgepatch smoke --json` of each shard)."),
+    out: Path = typer.Option(..., "--out", help="Write the merged results here."),
+    markdown: Optional[Path] = typer.Option(None, "--markdown", help="Also write the Markdown compatibility table."),
+    junit: Optional[Path] = typer.Option(None, "--junit", help="Also write JUnit XML."),
+    as_json: bool = typer.Option(False, "--json", help="Print the merged document on stdout too."),
+) -> None:
+    """Merge shard results into one document; shards of one run come back in the unsharded
+    order. Two different results for one job are refused (exit 2)."""
+    from forgepatch.atomic import write_atomic
+    from forgepatch.smoke import report
+    from forgepatch.smoke.merge import merge
+
+    merged = merge(list(files))
+    write_atomic(out, merged.doc.dumps())
+    if markdown:
+        write_atomic(markdown, report.to_markdown(merged.doc.jobs))
+    if junit:
+        write_atomic(junit, report.to_junit(merged.doc.jobs))
+    if as_json:
+        print_json(merged.doc.to_json())
+        return
+    err = console(stderr=True)
+    missing = f"; {merged.missing} job(s) of the plan are in none of them" if merged.missing else ""
+    err.print(f"merged {len(merged.doc.jobs)} job(s) from {merged.files} file(s) into {out}{missing}", markup=False)
+    console().print(report.to_markdown(merged.doc.jobs), markup=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(results_app, name="results")
+    results_app.command("merge")(merge_cmd)

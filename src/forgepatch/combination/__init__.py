@@ -1,0 +1,266 @@
+"""THE hand-off contract between stages: what a combination is and how every stage spells it.
+
+A *combination* is exactly this upstream code (``Upstream``: a PyPI release's version and
+wheel sha256, or a git commit), with exactly this patch series (the patchset hash, run by
+this patch engine) for one arch, in exactly this image (its local ID and, once pushed, its
+registry digest). ``fork`` writes it into commit trailers, ``build`` into image labels,
+``smoke`` into every result, ``release`` into tags and the ledger, and each stage checks the
+one before it against the pin.
+
+Here, once each: the identity types, the image label table, the image reference and tag
+format, the fork branch name and the git trailers. The results schema (pydantic, versioned)
+is ``forgepatch.combination.results``. Standard library only: cheap to import everywhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+# -- the upstream identity ------------------------------------------------------------------
+
+SHA1_HEX = re.compile(r"[0-9a-f]{40}")
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """What upstream code a stage worked on.
+
+    ``kind`` is ``pypi`` (``version`` the release, ``revision`` its wheel's sha256), ``git``
+    (``revision`` the full commit SHA, ``version`` the package version found there) or ``dir``
+    (a local directory: no identity to check). A field that is not known is None."""
+
+    kind: str
+    version: str | None = None
+    revision: str | None = None
+
+    @property
+    def label(self) -> str:
+        """The ``forgepatch.upstream`` image label: ``pypi:0.5.23`` | ``git:<sha>`` | ``dir``."""
+        if self.kind == "pypi":
+            return f"pypi:{self.version}"
+        if self.kind == "git":
+            return f"git:{self.revision}"
+        return "dir"
+
+    def describe(self) -> str:
+        """For messages: ``PyPI sglang 0.5.23 (wheel sha256 1a2b3c4d5e6f)``,
+        ``git 3f2a9c1b2c3d (version 0.5.21.dev3)``, ``a local directory``."""
+        if self.kind == "pypi":
+            sha = f" (wheel sha256 {self.revision[:12]})" if self.revision else ""
+            return f"PyPI sglang {self.version}{sha}"
+        if self.kind == "git":
+            version = f" (version {self.version})" if self.version else ""
+            return f"git {str(self.revision)[:12]}{version}"
+        return "a local directory" + (f" (version {self.version})" if self.version else "")
+
+    def mismatch(self, pin: "Upstream") -> str | None:
+        """Why this code is not the code ``pin`` names (None: it is, as far as both record).
+
+        A git pin is a commit: only that commit matches. A PyPI pin is a release: a wheel of
+        that version (and that sha256, when both are recorded) matches, and so does a git
+        commit whose package carries that version (a fork branch made from the release tag).
+        A local directory never matches a pin."""
+        if self.kind == "dir":
+            return "it comes from a local directory, which has no upstream identity"
+        if pin.kind == "git":
+            if self.kind != "git":
+                return "a git pin is a commit; this is not git code"
+            return None if self.revision == pin.revision else "a different commit"
+        if pin.kind == "pypi":
+            if self.version != pin.version:
+                return "a different version"
+            if self.kind == "pypi" and self.revision and pin.revision and self.revision != pin.revision:
+                return "a different wheel of that version"
+            return None
+        return None
+
+    def to_labels(self) -> dict[str, str]:
+        return {LABEL["upstream"]: self.label, LABEL["version"]: self.version or "",
+                LABEL["revision"]: self.revision or ""}
+
+    @classmethod
+    def from_labels(cls, labels: Mapping[str, str]) -> "Upstream | None":
+        """From an image's labels (None when it has no ``forgepatch.upstream`` label)."""
+        label = labels.get(LABEL["upstream"])
+        if not label:
+            return None
+        kind = label.split(":", 1)[0]
+        return cls(kind if kind in ("pypi", "git") else "dir", labels.get(LABEL["version"]) or None,
+                   labels.get(LABEL["revision"]) or None)
+
+    @classmethod
+    def of_pin(cls, pin: Any) -> "Upstream":
+        """A matrix pin as recorded (``config.Pin``): its rev may still be abbreviated."""
+        if pin.pypi:
+            return cls("pypi", pin.pypi, pin.sha256)
+        return cls("git", pin.version, pin.rev)
+
+    @classmethod
+    def of_source(cls, source: Any) -> "Upstream":
+        """A resolved source (``sources.SourceTree``)."""
+        return cls(source.kind, source.version, source.revision)
+
+
+# -- the patch engine's identity ----------------------------------------------------------------
+
+def engine_digest() -> str:
+    """sha256 of forgepatch's version and the patch engine's code (``forgepatch/patching``):
+    what may change the patched bytes besides the patch files."""
+    import forgepatch
+    from forgepatch import patching
+
+    digest = hashlib.sha256(forgepatch.__version__.encode())
+    for path in sorted(Path(patching.__file__).parent.rglob("*.py")):
+        digest.update(path.relative_to(Path(patching.__file__).parent).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def engine_version() -> str:
+    """``0.1.0+1a2b3c4d5e6f``: forgepatch's version and 12 hex digits of ``engine_digest``."""
+    import forgepatch
+
+    return f"{forgepatch.__version__}+{engine_digest()[:12]}"
+
+
+# -- image labels: the one table ---------------------------------------------------------------
+
+# field -> (image label, build arg). ``forgepatch build`` passes each label as the build arg
+# the shipped Dockerfile's final LABEL step reads it from (one LABEL step fed by args: the
+# classic builder turns API labels into one step per label, which is much slower).
+LABELS: dict[str, tuple[str, str]] = {
+    "source": ("org.opencontainers.image.source", "OCI_SOURCE"),
+    "version": ("org.opencontainers.image.version", "OCI_VERSION"),
+    "revision": ("org.opencontainers.image.revision", "OCI_REVISION"),
+    "created": ("org.opencontainers.image.created", "OCI_CREATED"),
+    "base_name": ("org.opencontainers.image.base.name", "OCI_BASE_NAME"),
+    "base_digest": ("org.opencontainers.image.base.digest", "OCI_BASE_DIGEST"),
+    "arch": ("forgepatch.arch", "FORGEPATCH_ARCH"),
+    "torch_cuda_arch_list": ("forgepatch.torch-cuda-arch-list", "TORCH_CUDA_ARCH_LIST"),
+    "pin": ("forgepatch.pin", "FORGEPATCH_PIN"),
+    "upstream": ("forgepatch.upstream", "FORGEPATCH_UPSTREAM"),
+    "patchset": ("forgepatch.patchset", "FORGEPATCH_PATCHSET"),
+    "patches": ("forgepatch.patches", "FORGEPATCH_PATCHES"),
+    "engine": ("forgepatch.engine", "FORGEPATCH_ENGINE"),
+    "extra_wheels": ("forgepatch.extra-wheels", "FORGEPATCH_EXTRA_WHEELS"),
+    "context_hash": ("forgepatch.context-hash", "FORGEPATCH_CONTEXT_HASH"),
+    "base_image_id": ("forgepatch.base-image-id", "FORGEPATCH_BASE_IMAGE_ID"),
+}
+LABEL: dict[str, str] = {field: label for field, (label, _) in LABELS.items()}
+LABEL_ARG: dict[str, str] = dict(LABELS.values())  # image label -> build arg
+
+# labels on smoke containers (not images): which run made them, which job, which process
+CONTAINER_RUN = "forgepatch.smoke"
+CONTAINER_JOB = "forgepatch.job"
+CONTAINER_OWNER = "forgepatch.owner"  # host:pid of the forgepatch process that made it
+
+
+# -- image references and tags ---------------------------------------------------------------
+
+VALIDATED = "validated"
+DEFAULT_SMOKE_IMAGE = "{repo}:{pin}-{arch}"  # [smoke] image: placeholders {repo} {pin} {arch}
+
+
+def tag_safe(text: str, limit: int = 64) -> str:
+    """A Docker tag fragment: [A-Za-z0-9_.-], no leading '.' or '-'."""
+    out = re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip(".-")[:limit]
+    return out or "x"
+
+
+def image_tag(pin: str, arch: str, suffix: str | None = None) -> str:
+    """``<pin>-<arch>[-<suffix>]``, the pin made tag-safe."""
+    return f"{tag_safe(pin)}-{arch}" + (f"-{suffix}" if suffix else "")
+
+
+def image_ref(repo: str, pin: str, arch: str, suffix: str | None = None) -> str:
+    """``<repo>:<pin>-<arch>`` (the latest build, what smoke runs by default);
+    with a suffix ``<repo>:<pin>-<arch>-<suffix>``."""
+    return f"{repo}:{image_tag(pin, arch, suffix)}"
+
+
+def content_ref(repo: str, pin: str, arch: str, content_hash: str) -> str:
+    """``<repo>:<pin>-<arch>-<hash12>``: the tag of one build's content."""
+    return image_ref(repo, pin, arch, content_hash[:12])
+
+
+def validated_ref(repo: str, pin: str, arch: str) -> str:
+    """``<repo>:<pin>-<arch>-validated``: the image of the newest release of pin x arch."""
+    return image_ref(repo, pin, arch, VALIDATED)
+
+
+def smoke_image(template: str, repo: str, pin: str, arch: str) -> str:
+    """``[smoke] image`` (or ``--image``) with its placeholders filled in the builder's way."""
+    return template.format(repo=repo, pin=tag_safe(pin), arch=arch)
+
+
+def split_ref(ref: str) -> tuple[str, str]:
+    """``repo:tag`` -> (repo, tag) (a registry port's colon stays in the repo)."""
+    repo, sep, tag = ref.rpartition(":")
+    if not sep or "/" in tag:
+        return ref, "latest"
+    return repo, tag
+
+
+@dataclass(frozen=True)
+class Image:
+    """An image as a combination names it: the local ID always; the registry digest
+    (``repo@sha256:...``) once the image is pushed or was pulled; a tag naming it."""
+
+    id: str
+    digest: str | None = None
+    ref: str | None = None
+
+
+# -- fork branches and git trailers ----------------------------------------------------------
+
+def branch_name(arch: str, pin: str) -> str:
+    """The fork branch of one arch x pin."""
+    return f"forgepatch/{arch}/{pin}"
+
+
+class Trailer:
+    """Git trailer keys: on fork commits (``forgepatch fork``) and release tags."""
+
+    PATCH = "Forgepatch-Patch"
+    ARCH = "Forgepatch-Arch"
+    PIN = "Forgepatch-Pin"
+    UPSTREAM = "Forgepatch-Upstream"  # fork commits: the upstream commit SHA
+    UPSTREAM_VERSION = "Forgepatch-Upstream-Version"
+    PATCHSET = "Forgepatch-Patchset"
+    ENGINE = "Forgepatch-Engine"
+    COMMIT = "Forgepatch-Commit"  # release tags: the fork branch head
+    IMAGE = "Forgepatch-Image"
+    IMAGE_DIGEST = "Forgepatch-Image-Digest"
+    PROFILES = "Forgepatch-Profiles"
+    RESULTS = "Forgepatch-Results-Sha256"
+
+
+def format_trailers(pairs: Mapping[str, str | None]) -> str:
+    """``Key: value`` lines for the values that are set, in the given order."""
+    return "".join(f"{key}: {value}\n" for key, value in pairs.items() if value)
+
+
+def parse_trailers(message: str) -> dict[str, str]:
+    """``Key: value`` trailers of the last paragraph of a commit or tag message."""
+    paragraphs = [p for p in message.strip().split("\n\n") if p.strip()]
+    if not paragraphs:
+        return {}
+    out: dict[str, str] = {}
+    for line in paragraphs[-1].splitlines():
+        m = re.match(r"([A-Za-z0-9-]+):\s*(.*)$", line)
+        if m:
+            out[m.group(1)] = m.group(2).strip()
+    return out
+
+
+# -- what makes two releases the same combination ----------------------------------------------
+
+def release_identity(pin, arch, commit, patchset, image_id, profiles) -> dict[str, Any]:
+    """The fields a release tag, its ledger entry and a new candidate are compared on (results
+    files may differ: the same combination re-validated is the same release)."""
+    return {"pin": pin, "arch": arch, "commit": commit, "patchset": patchset, "image": image_id,
+            "profiles": sorted(profiles)}

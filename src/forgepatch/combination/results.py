@@ -1,0 +1,195 @@
+"""The smoke results document, versioned: written by ``forgepatch smoke --json`` and
+``forgepatch results merge``, read by ``release``, ``verify``, the reports and the bisect cache.
+
+```json
+{"schema": "forgepatch.smoke-results/2",
+ "summary": {"jobs": 3, "by_status": {"pass": 3}, "failed_required": [], "ok": true},
+ "plan": {"jobs": 6, "digest": "<sha256 of the unsharded job ids>"}, "shard": "1/2",
+ "jobs": [{"id": "sm120-v0.5.23-tp1", "index": 0, "status": "pass", "image_id": "sha256:...",
+           "patchset": "...", "upstream": "pypi:0.5.23", "toolchain": {"torch": "2.11.0+cu130", ...},
+           "finished_at": "2026-12-01T10:00:00.000000Z", ...}],
+ "logs": "...", "merged_from": []}
+```
+
+Version 1 (no ``schema`` key: forgepatch before the contract) reads with the new fields
+unset; a newer major version is refused with a one-line message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from forgepatch.errors import BadInput
+
+SCHEMA = "forgepatch.smoke-results/2"
+_FAMILY, _VERSION = SCHEMA.rsplit("/", 1)
+FAILING = ("fail", "timeout", "error", "interrupted")
+
+
+class Toolchain(BaseModel):
+    """The stack a job ran on, as ``forgepatch.inimage.toolchain`` found it inside the image
+    (None: not present there). Newer keys are kept."""
+
+    model_config = ConfigDict(extra="allow")
+
+    python: str | None = None
+    torch: str | None = None
+    cuda_runtime: str | None = None
+    nccl: str | None = None
+    cublas: str | None = None
+    cudnn: str | None = None
+    flashinfer: str | None = None
+    sgl_kernel: str | None = None
+    triton: str | None = None
+    sglang: str | None = None
+    driver: str | None = None
+    gpus: list[str] = Field(default_factory=list)
+
+    def line(self) -> str:
+        """``torch 2.11.0+cu130 · CUDA 13.0 · NCCL 2.28.9 · ... · driver 580.95 · NVIDIA H200``."""
+        names = (("torch", "torch"), ("cuda_runtime", "CUDA"), ("nccl", "NCCL"), ("cublas", "cuBLAS"),
+                 ("cudnn", "cuDNN"), ("flashinfer", "FlashInfer"), ("sgl_kernel", "sgl-kernel"),
+                 ("triton", "Triton"), ("sglang", "SGLang"), ("driver", "driver"), ("python", "Python"))
+        parts = [f"{label} {getattr(self, key)}" for key, label in names if getattr(self, key)]
+        gpus = sorted(set(self.gpus))
+        if gpus:
+            parts.append(", ".join(f"{self.gpus.count(g)}x {g}" if self.gpus.count(g) > 1 else g for g in gpus))
+        return " · ".join(parts) or "nothing recorded"
+
+
+class JobResult(BaseModel):
+    """One smoke job's verdict, with the combination it ran on."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    arch: str
+    pin: str
+    profile: str
+    kind: str = "server"
+    status: str  # pass | fail | timeout | skipped | error | interrupted
+    summary: str = ""
+    index: int | None = None  # position in the unsharded plan (orders merged shards)
+    flags: list[str] = Field(default_factory=list)
+    image: str | None = None
+    runner: str = ""
+    signature: str | None = None
+    label: str | None = None
+    last_phase: str | None = None
+    failing_phase: str | None = None
+    error_line: str | None = None
+    error_lineno: int | None = None
+    exit_code: int | None = None
+    timed_out: bool = False
+    log_path: str | None = None
+    duration_s: float = 0.0
+    gpu_ids: list[int] = Field(default_factory=list)
+    required: bool = True
+    verdict: str | None = None  # the probe's verdict
+    probe: dict[str, Any] | None = None
+    context: list[dict[str, Any]] = Field(default_factory=list)
+    # the combination it ran on: what `forgepatch release` matches results on
+    image_id: str | None = None  # local image ID (docker runner)
+    image_digest: str | None = None  # registry digest of that image, when it has one
+    patchset: str | None = None  # the image's forgepatch.patchset label
+    upstream: str | None = None  # the image's forgepatch.upstream label
+    engine: str | None = None  # the image's forgepatch.engine label
+    toolchain: Toolchain | None = None
+    finished_at: str | None = None  # UTC, ISO 8601
+
+    @property
+    def failed(self) -> bool:
+        return self.status in FAILING
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> "JobResult":
+        return cls.model_validate(doc)
+
+
+class Summary(BaseModel):
+    jobs: int
+    by_status: dict[str, int]
+    failed_required: list[str]
+    ok: bool
+
+    @classmethod
+    def of(cls, jobs: list[JobResult]) -> "Summary":
+        counts: dict[str, int] = {}
+        for job in jobs:
+            counts[job.status] = counts.get(job.status, 0) + 1
+        failed = [j.id for j in jobs if j.failed and j.required]
+        return cls(jobs=len(jobs), by_status=counts, failed_required=failed, ok=not failed)
+
+
+class Plan(BaseModel):
+    """The unsharded job list a run belongs to (shards of one plan share it)."""
+
+    jobs: int
+    digest: str
+
+    @classmethod
+    def of(cls, job_ids: list[str]) -> "Plan":
+        return cls(jobs=len(job_ids), digest=hashlib.sha256("\n".join(job_ids).encode()).hexdigest())
+
+
+class Source(BaseModel):
+    path: str
+    sha256: str
+
+
+class SmokeResults(BaseModel):
+    """A ``forgepatch smoke --json`` (or ``results merge``) document."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+    schema_: str = Field(SCHEMA, alias="schema")
+    summary: Summary | None = None
+    plan: Plan | None = None
+    shard: str | None = None
+    jobs: list[JobResult]
+    logs: str | None = None
+    merged_from: list[Source] = Field(default_factory=list)
+
+    @classmethod
+    def of(cls, jobs: list[JobResult], **fields: Any) -> "SmokeResults":
+        return cls(summary=Summary.of(jobs), jobs=jobs, **fields)
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=2) + "\n"
+
+    @classmethod
+    def parse(cls, path: Path | str, data: bytes) -> "SmokeResults":
+        """Read a results document; BadInput (one line naming the file) when it is not one."""
+        try:
+            doc = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            why = f"line {exc.lineno}: {exc.msg}" if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
+            raise BadInput(f"{path}: not a smoke results file ({why})") from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), list):
+            raise BadInput(f"{path}: not a smoke results file (no 'jobs' list; write it with `forgepatch smoke --json`)")
+        schema = doc.setdefault("schema", f"{_FAMILY}/1")
+        family, _, version = str(schema).rpartition("/")
+        if family != _FAMILY or not version.isdigit():
+            raise BadInput(f"{path}: schema {schema!r} is not a smoke results schema ({_FAMILY}/N)")
+        if int(version) > int(_VERSION):
+            raise BadInput(f"{path}: schema {schema} is newer than this forgepatch reads ({SCHEMA}); upgrade forgepatch")
+        for i, job in enumerate(doc["jobs"], 1):
+            if not isinstance(job, dict) or not all(isinstance(job.get(k), str) for k in ("id", "arch", "pin", "profile", "status")):
+                raise BadInput(f"{path}: job {i} lacks id/arch/pin/profile/status")
+        try:
+            return cls.model_validate(doc)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"])
+            raise BadInput(f"{path}: not a smoke results file ({where}: {err['msg']})") from None

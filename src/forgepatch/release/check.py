@@ -1,0 +1,217 @@
+"""Is (pin, arch) releasable now? The combination it would publish, or the precise reasons
+it may not: missing results, a failing profile (with its signature), stale results (the
+image was rebuilt since), results of another image or patchset, the patch files changed since
+the fork branch was made, a branch or image made from other code than the pin names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from forgepatch.combination import LABEL, Trailer, Upstream, branch_name, release_identity
+from forgepatch.combination.results import JobResult, Toolchain
+from forgepatch.errors import BadInput
+from forgepatch.release import evidence as ev
+
+
+@dataclass
+class Reason:
+    code: str  # no-required-profiles | no-branch | patchset-changed | branch-upstream | no-image |
+    #           image-patchset | image-upstream | missing-results | failing-profile | stale-results |
+    #           other-image | results-incomplete | tag-taken | tag-missing
+    message: str
+    profile: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, **({"profile": self.profile} if self.profile else {})}
+
+
+@dataclass
+class Combination:
+    pin: str
+    arch: str
+    branch: str
+    commit: str
+    upstream: str | None  # the fork branch's upstream commit
+    patchset: str
+    image: ev.ImageFacts
+    profiles: dict[str, dict[str, Any]]  # profile -> the passing job's record
+    results: list[ev.ResultsFile]  # the files the passing jobs came from
+
+    def identity(self) -> dict[str, Any]:
+        return release_identity(self.pin, self.arch, self.commit, self.patchset, self.image.id, list(self.profiles))
+
+    def toolchains(self) -> dict[str, Toolchain | None]:
+        """The toolchain each passing profile ran on."""
+        return {p: Toolchain.model_validate(r["toolchain"]) if r.get("toolchain") else None
+                for p, r in self.profiles.items()}
+
+
+@dataclass
+class Evaluation:
+    arch: str
+    pin: str
+    reasons: list[Reason] = field(default_factory=list)
+    combination: Combination | None = None
+    tested: bool = False  # the results hold at least one job for (arch, pin)
+
+
+@dataclass
+class Inputs:
+    """Everything ``evaluate`` reads: config, patch files, the fork repo, results, engine."""
+
+    matrix: Any
+    patches_dir: Path
+    repo: Any  # fork.gitrepo.GitRepo
+    results: list[ev.ResultsFile]
+    api: Any  # low-level Docker API client
+    image_override: str | None = None
+
+
+def pairs(matrix, arch: str | None, pin: str | None) -> list[tuple[str, str]]:
+    """(arch, pin) pairs of the matrix, filtered; BadInput for unknown names."""
+    if arch is not None:
+        matrix.arch(arch)
+    if pin is not None:
+        matrix.pin(pin)
+    out = [(a, p) for a in matrix.arches for p in matrix.pins_of(a) if arch in (None, a) and pin in (None, p)]
+    if arch is not None and pin is not None and not out:
+        raise BadInput(f"--pin: {pin!r} is not built for {arch} (arches.{arch}.pins in matrix.toml)")
+    return out
+
+
+def required_profiles(matrix, arch: str, pin: str) -> list[str]:
+    """Profiles smoke runs for (arch, pin) (``Matrix.combos``) that are ``required``."""
+    return [prof for a, p, prof in matrix.combos() if (a, p) == (arch, pin) and matrix.profiles[prof].required]
+
+
+def current_patchset(matrix, patches_dir: Path, arch: str) -> str:
+    from forgepatch.patching.series import load_series
+
+    return load_series(matrix, arch, patches_dir).hash
+
+
+def pin_identity(inp: Inputs, pin: str) -> Upstream:
+    """The pin's recorded identity; a git pin's rev resolved in the fork repo when it is there."""
+    from forgepatch.fork.fork import pin_identity as resolved
+
+    return resolved(inp.repo, inp.matrix.pins[pin])
+
+
+def evaluate(inp: Inputs, arch: str, pin: str) -> Evaluation:
+    out = Evaluation(arch, pin)
+    matrix = inp.matrix
+    jobs = [(f, j) for f in inp.results for j in f.jobs if j.arch == arch and j.pin == pin]
+    out.tested = bool(jobs)
+    required = required_profiles(matrix, arch, pin)
+    if not required:
+        out.reasons.append(Reason("no-required-profiles", f"no required smoke profile is configured for {arch} on {pin}"))
+        return out
+
+    patchset = current_patchset(matrix, inp.patches_dir, arch)
+    want = pin_identity(inp, pin)
+    name = branch_name(arch, pin)
+    br = ev.branch(inp.repo, name)
+    if br is None:
+        out.reasons.append(Reason("no-branch", f"no fork branch {name} in {inp.repo.root} (run `forgepatch fork --arch {arch} --pin {pin}`)"))
+    else:
+        out.reasons += _judge_branch(inp, br, arch, pin, patchset, want)
+
+    image = ev.current_image(inp.api, matrix.smoke.image_repo, arch, pin, inp.image_override)
+    if image is None:
+        out.reasons.append(Reason("no-image", f"no image labelled {arch}/{pin} in the Docker engine (run `forgepatch build --arch {arch} --pin {pin}`)"))
+    else:
+        out.reasons += _judge_image(image, br, name, pin, patchset, want)
+
+    profiles: dict[str, dict[str, Any]] = {}
+    used: dict[str, ev.ResultsFile] = {}
+    for prof in required:
+        mine = [(f, j) for f, j in jobs if j.profile == prof]
+        if not mine:
+            where = ", ".join(str(f.path) for f in inp.results) or "no results file"
+            out.reasons.append(Reason("missing-results", f"no smoke results for required profile {prof} ({where})", prof))
+            continue
+        if image is None:
+            continue
+        reason, record = _judge_profile(prof, mine, image, patchset)
+        if reason:
+            out.reasons.append(reason)
+        else:
+            profiles[prof] = record
+            used[record["results"]] = next(f for f, _ in mine if f.sha256 == record["results"])
+    if not out.reasons and br is not None and image is not None:
+        out.combination = Combination(pin, arch, name, br.head, br.trailers.get(Trailer.UPSTREAM), patchset, image,
+                                      profiles, list(used.values()))
+    return out
+
+
+def _judge_branch(inp: Inputs, br: ev.BranchFacts, arch: str, pin: str, patchset: str, want: Upstream) -> list[Reason]:
+    name, out = br.name, []
+    made_with = br.trailers.get(Trailer.PATCHSET)
+    if made_with is None and inp.matrix.arches[arch].patches:
+        out.append(Reason("patchset-changed", f"branch {name} head {br.head[:12]} has no {Trailer.PATCHSET} trailer (not made by `forgepatch fork`); re-run fork"))
+    elif made_with is not None and made_with != patchset:
+        out.append(Reason("patchset-changed", f"patchset changed since branch {name} was made: it was made with patchset {made_with}, the patch files now hash to {patchset} (re-run `forgepatch fork`)"))
+    elif br.trailers.get(Trailer.ARCH, arch) != arch:
+        out.append(Reason("patchset-changed", f"branch {name} carries patches for {br.trailers[Trailer.ARCH]}, not {arch}"))
+    found = ev.branch_upstream(inp.repo, br, inp.matrix.upstream.package_dir)
+    if found is not None and found.mismatch(want):
+        out.append(Reason("branch-upstream", f"branch {name} was made from {found.describe()}, but pin {pin} is {want.describe()} (re-run `forgepatch fork --pin {pin}` with the pin's revision)"))
+    return out
+
+
+def _judge_image(image: ev.ImageFacts, br: ev.BranchFacts | None, name: str, pin: str, patchset: str,
+                 want: Upstream) -> list[Reason]:
+    out, which = [], image.ref or image.id[:19]
+    built_with = image.labels.get(LABEL["patchset"])
+    if built_with != patchset:
+        out.append(Reason("image-patchset", f"image {which} was built with patchset {built_with or '(none)'}, the patch files now hash to {patchset} (rebuild it)"))
+    found = image.upstream
+    if found is None:
+        out.append(Reason("image-upstream", f"image {which} records no upstream identity (label {LABEL['upstream']}); rebuild it with `forgepatch build --pin {pin}`"))
+        return out
+    if found.mismatch(want):
+        out.append(Reason("image-upstream", f"image {which} was built from {found.describe()}, but pin {pin} is {want.describe()} (rebuild it with `forgepatch build --pin {pin}`)"))
+    upstream = br.trailers.get(Trailer.UPSTREAM) if br else None
+    if upstream and found.kind == "git" and found.revision and found.revision != upstream:
+        out.append(Reason("image-upstream", f"image {which} was built from upstream {found.revision[:12]}, branch {name} is on {upstream[:12]}"))
+    return out
+
+
+def _newest(rows: list[tuple[ev.ResultsFile, JobResult]]):
+    return max(rows, key=lambda fj: (ev.parse_time(fj[1].finished_at) or ev.parse_time("1970-01-01T00:00:00Z")))
+
+
+def _judge_profile(prof: str, mine, image: ev.ImageFacts, patchset: str) -> tuple[Reason | None, dict[str, Any]]:
+    """The newest run of ``prof`` on exactly this image decides; else say why none counts."""
+    on_image = [(f, j) for f, j in mine if j.image_id == image.id]
+    if not on_image:
+        f, j = _newest(mine)
+        when = ev.parse_time(j.finished_at)
+        if not j.image_id:
+            return Reason("results-incomplete", f"smoke results for {prof} ({f.path}) do not record the image id they ran on (re-run `forgepatch smoke` with the docker runner)", prof), {}
+        if when is None or when < image.created:
+            return Reason("stale-results", f"stale results for {prof}: they ran on image {j.image_id[:19]}"
+                          f"{' at ' + ev.iso(when) if when else ''}; image {image.ref or image.id[:19]} ({image.id[:19]}) was rebuilt since, at {ev.iso(image.created)} (re-run `forgepatch smoke`)", prof), {}
+        return Reason("other-image", f"smoke results for {prof} are for image {j.image_id[:19]}, not the current image {image.id[:19]}", prof), {}
+    f, j = _newest(on_image)
+    when = ev.parse_time(j.finished_at)
+    if when is None:
+        return Reason("results-incomplete", f"smoke results for {prof} ({f.path}) do not record when they ran (finished_at)", prof), {}
+    if when < image.created:
+        return Reason("stale-results", f"stale results for {prof}: they finished at {ev.iso(when)}, before image {image.id[:19]} was created at {ev.iso(image.created)}", prof), {}
+    if j.patchset != patchset:
+        return Reason("results-incomplete" if not j.patchset else "patchset-changed",
+                      f"smoke results for {prof} record patchset {j.patchset or '(none)'}, the patch files now hash to {patchset}", prof), {}
+    if j.image_digest and image.digest and j.image_digest != image.digest:
+        return Reason("other-image", f"smoke results for {prof} ran on {j.image_digest}, the image is now {image.digest}", prof), {}
+    if j.status != "pass":
+        what = j.label or j.summary or j.status
+        where = f" in {j.failing_phase}" if j.failing_phase else ""
+        return Reason("failing-profile", f"profile {prof} {'failed' if j.status == 'fail' else j.status}: {what}"
+                      f"{f' [{j.signature}]' if j.signature else ''}{where} (job {j.id}, {f.path})", prof), {}
+    record = {"status": "pass", "job": j.id, "finished_at": j.finished_at, "image_id": j.image_id,
+              "patchset": j.patchset, "results": f.sha256,
+              "toolchain": j.toolchain.model_dump(mode="json") if j.toolchain else None}
+    return None, record
