@@ -83,7 +83,9 @@ def test_fork_creates_branch_with_one_commit_per_patch_and_trailers(nightly_clon
         assert trailers == [
             f"Forgepatch-Patch: {patch.patch_id}",
             "Forgepatch-Arch: sm120",
+            f"Forgepatch-Pin: {doc['pin']}",
             f"Forgepatch-Upstream: {upstream}",
+            "Forgepatch-Upstream-Version: 0.5.20",
             f"Forgepatch-Patchset: {patchset_hash(series)}",
         ]
         changed = set(git(repo, "diff", "--name-only", f"{sha}^", sha).split())
@@ -126,15 +128,24 @@ def test_rerun_is_a_no_op_and_changed_patch_keeps_previous_head(nightly_clone, c
 def test_default_pin_name_and_matrix_rev_pin(nightly_clone, config, patches, capsys):
     repo = nightly_clone
     sha = git(repo, "rev-parse", "v0.5.15")
-    rc, doc, err = fork(capsys, config, patches, repo, "--rev", "v0.5.15")
+    rc, doc, err = fork(capsys, config, patches, repo, "--rev", "v0.5.15")  # a tag: the branch is named after it
+    assert rc == 0, err
+    assert doc["branch"] == "forgepatch/sm120/v0.5.15" and doc["upstream"] == sha
+    rc, doc, err = fork(capsys, config, patches, repo, "--rev", sha)  # a bare commit: its short SHA
     assert rc == 0, err
     assert doc["branch"] == f"forgepatch/sm120/{sha[:12]}"
     assert run_inprocess(capsys, "--config", config, "pin", "add", "nightly", "--rev", sha, "--repo", repo)[0] == 0
     rc, doc, err = fork(capsys, config, patches, repo, "--pin", "nightly")
     assert rc == 0, err
     assert doc["branch"] == "forgepatch/sm120/nightly" and doc["upstream"] == sha
+    rc, doc, err = fork(capsys, config, patches, repo, "--rev", sha)  # a matrix pin names that commit
+    assert rc == 0 and doc["branch"] == "forgepatch/sm120/nightly", err
+    other = git(repo, "rev-parse", "v0.5.20")
     rc, doc, err = fork(capsys, config, patches, repo, "--rev", "v0.5.20", "--pin", "nightly")
-    assert rc == 2 and "pinned to" in err
+    assert rc == 2 and doc is None
+    line = err.strip()
+    assert "\n" not in line and "Traceback" not in line
+    assert f"'nightly' is git {sha[:12]} (version 0.5.15)" in line and f"'v0.5.20' is git {other[:12]} (version 0.5.20)" in line
 
 
 def test_drift_exits_1_and_moves_no_branch(nightly_clone, config, patches, capsys):

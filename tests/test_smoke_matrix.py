@@ -11,7 +11,7 @@ import pytest
 
 from forgepatch.config import load_matrix
 from forgepatch.smoke.jobs import JobSpec, LocalRunner
-from forgepatch.smoke.matrix import combos, run_jobs, select
+from forgepatch.smoke.matrix import run_jobs, select
 from support.smoke_matrix import profile, processes_with, run_cli, write_matrix
 
 
@@ -32,7 +32,7 @@ profile = "ep8"
 
 def test_include_exclude_like_github(cfg):
     m = load_matrix(cfg)
-    got = combos(m)
+    got = m.combos()
     assert ("sm103", "p20", "ep8") not in got  # excluded ...
     assert ("sm103", "p23", "ep8") in got  # ... and included back for one pin
     assert ("sm120", "p20", "probe") not in got  # arches.sm120.pins = ["p23"]

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from forgepatch.cli._state import console, print_json
+from forgepatch.cli._state import print_json
 
 results_app = typer.Typer(rich_markup_mode=None, help="Work with smoke results files.", no_args_is_help=True)
 
@@ -34,10 +34,9 @@ def merge_cmd(
     if as_json:
         print_json(merged.doc.to_json())
         return
-    err = console(stderr=True)
     missing = f"; {merged.missing} job(s) of the plan are in none of them" if merged.missing else ""
-    err.print(f"merged {len(merged.doc.jobs)} job(s) from {merged.files} file(s) into {out}{missing}", markup=False)
-    console().print(report.to_markdown(merged.doc.jobs), markup=False)
+    typer.echo(f"merged {len(merged.doc.jobs)} job(s) from {merged.files} file(s) into {out}{missing}", err=True)
+    typer.echo(report.to_markdown(merged.doc.jobs), nl=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -128,10 +128,10 @@ class Driver:
         ]
 
     def run(self) -> int:
-        print(toolchain.line(), flush=True)  # the stack this server runs on, for the result
         argv = self.argv()
         self.note(f"launch {shlex.join(argv)}")
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, process_group=0)
+        print(toolchain.line(), flush=True)  # the stack this server runs on, for the result
         pump = pump_lines(self.proc.stdout, self.lines.put)
         try:
             ok = self._watch(pump)

@@ -18,10 +18,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Protocol
 
+from forgepatch.combination import LABEL
+from forgepatch.combination.results import JobResult, Toolchain
 from forgepatch.inimage.monitor import Event, Monitor, Triage, extract_json, with_probe_verdict
 from forgepatch.inimage.process import follow_session, start_session
+from forgepatch.inimage.toolchain import prelude
+from forgepatch.paths import PACKAGE_DIR
 
-FAILING = ("fail", "timeout", "error", "interrupted")
 
 
 @dataclass

@@ -1,0 +1,107 @@
+"""`forgepatch results merge` on real shard outputs: `forgepatch smoke --shard 1/2` and `2/2`
+with the local runner (server profiles against the stand-in server, a labelled test double,
+and command profiles), merged, give the table of an unsharded run; conflicting duplicates are
+refused naming both files; the merged file is what release and the reports read."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from support.smoke_matrix import profile, run_cli, write_matrix
+
+PROFILES = {
+    "ok": profile("ok", ["--tp-size 2"], timeout_s=60),
+    "ep8": profile("ep8", ["--tp-size 2", "--ep-size 8"], timeout_s=60,
+                   env={"FAKE_SGLANG_FAIL_IF": "--ep-size 8", "FAKE_SGLANG_FAIL": "cublas"}),
+    "cmd": profile("cmd", kind="command", command="sh -c 'echo job ran'", timeout_s=30),
+    "opt": profile("opt", kind="command", command="sh -c 'exit 3'", timeout_s=30, required=False),
+}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The unsharded run and the two shards, each a real `forgepatch smoke --json` document."""
+    tmp = tmp_path_factory.mktemp("merge")
+    config = write_matrix(tmp / "matrix.toml", PROFILES, sm103=["ok", "ep8", "cmd"], sm120=["ok", "opt"])
+    out = {}
+    for name, extra in (("all", ()), ("s1", ("--shard", "1/2")), ("s2", ("--shard", "2/2"))):
+        r = run_cli("--config", config, "smoke", "--runner", "local", "--jobs", "2", "--json",
+                    "--logs", tmp / "logs", *extra)
+        assert r.returncode == 1, r.stderr  # ep8 is required and fails: exit 1, results still written
+        path = tmp / f"{name}.json"
+        path.write_text(r.stdout)
+        out[name] = path
+    out["tmp"] = tmp
+    return out
+
+
+def _table(path) -> str:
+    from forgepatch.combination.results import SmokeResults
+    from forgepatch.smoke.report import to_markdown
+
+    return to_markdown(SmokeResults.parse(path, path.read_bytes()).jobs)
+
+
+def test_merged_shards_give_the_unsharded_table(runs):
+    whole = json.loads(runs["all"].read_text())
+    s1, s2 = (json.loads(runs[k].read_text()) for k in ("s1", "s2"))
+    assert whole["schema"] == "forgepatch.smoke-results/2"
+    assert len(s1["jobs"]) + len(s2["jobs"]) == len(whole["jobs"]) == whole["plan"]["jobs"] == 8
+    assert s1["plan"] == s2["plan"] == whole["plan"] and (s1["shard"], s2["shard"]) == ("1/2", "2/2")
+    # sharding interleaves: the concatenation alone is not the unsharded order
+    assert [j["id"] for j in s1["jobs"] + s2["jobs"]] != [j["id"] for j in whole["jobs"]]
+
+    out = runs["tmp"] / "merged.json"
+    md, junit = runs["tmp"] / "merged.md", runs["tmp"] / "merged.xml"
+    r = run_cli("results", "merge", runs["s2"], runs["s1"], "--out", out, "--markdown", md, "--junit", junit)
+    assert r.returncode == 0, r.stderr
+    merged = json.loads(out.read_text())
+    assert [j["id"] for j in merged["jobs"]] == [j["id"] for j in whole["jobs"]]
+    assert [(j["status"], j["label"], j["failing_phase"]) for j in merged["jobs"]] == \
+        [(j["status"], j["label"], j["failing_phase"]) for j in whole["jobs"]]
+    assert _table(out) == _table(runs["all"]) == md.read_text()
+    assert md.read_text() in r.stdout
+    assert merged["summary"] == {**whole["summary"]} and merged["plan"] == whole["plan"]
+    assert [s["path"] for s in merged["merged_from"]] == [str(runs["s2"]), str(runs["s1"])]
+    assert junit.read_text().count("<testcase ") == 8
+    # every job recorded the toolchain it ran on (this host's Python, no torch here)
+    assert all(j["toolchain"] and j["toolchain"]["python"] for j in merged["jobs"]), merged["jobs"]
+
+
+def test_same_file_twice_is_read_once_and_a_missing_shard_is_said(runs):
+    out = runs["tmp"] / "one-shard.json"
+    r = run_cli("results", "merge", runs["s1"], runs["s1"], "--out", out)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    assert len(doc["jobs"]) == len(json.loads(runs["s1"].read_text())["jobs"]) and len(doc["merged_from"]) == 1
+    assert f"job(s) of the plan are in none of them" in r.stderr
+
+
+def test_conflicting_duplicates_are_refused_naming_both(runs):
+    doc = json.loads(runs["s1"].read_text())
+    job = doc["jobs"][0]
+    job["status"], job["finished_at"] = "fail", "2030-01-01T00:00:00.000000Z"
+    other = runs["tmp"] / "rerun.json"
+    other.write_text(json.dumps(doc))
+    out = runs["tmp"] / "conflict.json"
+    r = run_cli("results", "merge", runs["s1"], other, "--out", out)
+    assert r.returncode == 2, r.stderr
+    line = r.stderr.strip()
+    assert "\n" not in line and "Traceback" not in line
+    assert f"conflicting results for job {job['id']}" in line
+    assert f"{runs['s1']} says pass" in line or f"{runs['s1']} says" in line
+    assert f"{other} says fail" in line and "2030-01-01" in line
+    assert not out.exists()
+
+
+def test_bad_inputs_are_one_line(runs, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    newer = tmp_path / "newer.json"
+    newer.write_text(json.dumps({"schema": "forgepatch.smoke-results/9", "jobs": []}))
+    for path, words in ((bad, "not a smoke results file"), (newer, "newer than this forgepatch"),
+                        (tmp_path / "missing.json", "cannot read")):
+        r = run_cli("results", "merge", runs["s1"], path, "--out", tmp_path / "x.json")
+        assert r.returncode == 2 and words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
