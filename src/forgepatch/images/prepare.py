@@ -53,8 +53,11 @@ def resolve_target(
             raise BadInput(f"arches.{arch.name}.extra_wheels: {entry} not found (looked at {wheel})")
         wheels.append(wheel)
     known = matrix.pins.get(pin)
-    return Target(arch, pin, source, base, wheels, dict(cfg.build_args), list(cfg.patches), matrix.smoke.image_repo,
-                  Upstream.of_pin(known) if known is not None else None)
+    target = Target(arch, pin, source, base, wheels, dict(cfg.build_args), list(cfg.patches), matrix.smoke.image_repo,
+                    Upstream.of_pin(known) if known is not None else None)
+    if source.startswith("pypi:"):  # cheap, before any download or engine call
+        check_source_is_pin(target, Upstream("pypi", source[5:]), source)
+    return target
 
 
 def _pin_for_source(matrix, source: str) -> str:
