@@ -58,3 +58,6 @@ def test_workflow_uses_the_sharded_emitter():
     assert 'forgepatch matrix --format github --shard "${{ matrix.shard }}/${SHARDS}"' in text
     assert 'forgepatch smoke --shard "${{ matrix.shard }}/${SHARDS}"' in text
     assert "fromJSON(needs.plan.outputs.images)" in text
+    # the shards' results are merged into one document before release reads it
+    assert "forgepatch results merge shards/smoke-shard-*/smoke.json --out smoke-results.json" in text
+    assert text.index("forgepatch results merge") < text.index("forgepatch release --results smoke-results.json")
