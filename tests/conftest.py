@@ -56,3 +56,33 @@ def nightly_clone(nightlies_repo, tmp_path):
     from support.nightlies import clone_repo
 
     return clone_repo(nightlies_repo, tmp_path / "fork")
+
+
+# -- release: a real fork repo, images and results (tests/support/release_world.py) ----------
+@pytest.fixture(scope="module")
+def release_images(docker_client):
+    """Image IDs a module's release worlds made or reused; removed (by ID) when it ends."""
+    from support.release_world import remove_images
+
+    built: set[str] = set()
+    yield built
+    assert remove_images(docker_client, built) == []
+
+
+@pytest.fixture(scope="module")
+def template_repo(tmp_path_factory):
+    """The upstream repo with the fork branch made once (copied by every world)."""
+    from support.release_world import fork_template
+
+    return fork_template(tmp_path_factory.mktemp("release-template"))
+
+
+@pytest.fixture
+def world(tmp_path, template_repo, docker_client, base_image, release_images):
+    """One test's release world: repo, matrix, patches, ledger and images."""
+    from support.release_world import RUN_ID, World
+
+    w = World(tmp_path, template_repo, docker_client, base_image, RUN_ID)
+    yield w
+    release_images.update(w.built)
+

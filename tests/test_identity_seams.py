@@ -25,7 +25,7 @@ def one_line(err: str) -> str:
 
 
 @pytest.fixture
-def world(tmp_path, nightly_clone, capsys):
+def pins_repo(tmp_path, nightly_clone, capsys):
     """A matrix with a PyPI pin (recorded with its real wheel's sha256 by `pin add`) and a git
     pin (recorded as its full SHA), the shipped patches, and the nightlies repo."""
     from forgepatch.paths import SHIPPED_PATCHES
@@ -40,44 +40,44 @@ def world(tmp_path, nightly_clone, capsys):
     return config, patches, nightly_clone
 
 
-def fork(capsys, world, *args):
-    config, patches, repo = world
+def fork(capsys, pins_repo, *args):
+    config, patches, repo = pins_repo
     return run_inprocess(capsys, "--config", config, "--patches", patches, "fork", "--arch", "sm120", "--repo", repo,
                          "--json", *args)
 
 
-def test_fork_refuses_a_pypi_pin_of_another_release(world, capsys):
+def test_fork_refuses_a_pypi_pin_of_another_release(pins_repo, capsys):
     from forgepatch.config import load_matrix
 
-    config, _, repo = world
+    config, _, repo = pins_repo
     wheel_sha = load_matrix(config).pins["v0.5.15"].sha256
     other = git(repo, "rev-parse", "v0.5.20")
-    rc, out, err = fork(capsys, world, "--rev", "v0.5.20", "--pin", "v0.5.15")
+    rc, out, err = fork(capsys, pins_repo, "--rev", "v0.5.20", "--pin", "v0.5.15")
     assert rc == 2 and out == ""
     line = one_line(err)
     assert f"'v0.5.15' is PyPI sglang 0.5.15 (wheel sha256 {wheel_sha[:12]})" in line
     assert f"--rev 'v0.5.20' is git {other[:12]} (version 0.5.20)" in line
     assert git(repo, "for-each-ref", "refs/heads/forgepatch") == ""  # no branch made
 
-    rc, out, err = fork(capsys, world, "--rev", "v0.5.15", "--pin", "v0.5.15")  # the release's own tag
+    rc, out, err = fork(capsys, pins_repo, "--rev", "v0.5.15", "--pin", "v0.5.15")  # the release's own tag
     assert rc == 0, err
     doc = json.loads(out)
     assert doc["branch"] == "forgepatch/sm120/v0.5.15" and doc["version"] == "0.5.15"
 
 
-def test_fork_refuses_a_git_pin_of_another_commit(world, capsys):
-    _, _, repo = world
+def test_fork_refuses_a_git_pin_of_another_commit(pins_repo, capsys):
+    _, _, repo = pins_repo
     pinned, other = git(repo, "rev-parse", "v0.5.15"), git(repo, "rev-parse", "v0.5.20")
-    rc, out, err = fork(capsys, world, "--rev", "v0.5.20", "--pin", "g15")
+    rc, out, err = fork(capsys, pins_repo, "--rev", "v0.5.20", "--pin", "g15")
     assert rc == 2
     line = one_line(err)
     assert f"'g15' is git {pinned[:12]} (version 0.5.15)" in line and f"is git {other[:12]} (version 0.5.20)" in line
-    rc, out, err = fork(capsys, world, "--pin", "g15")  # the pin's own commit
+    rc, out, err = fork(capsys, pins_repo, "--pin", "g15")  # the pin's own commit
     assert rc == 0 and json.loads(out)["branch"] == "forgepatch/sm120/g15", err
 
 
-def test_build_refuses_a_source_of_another_release_before_any_engine_call(world, capsys, monkeypatch, tmp_path):
-    config, patches, _ = world
+def test_build_refuses_a_source_of_another_release_before_any_engine_call(pins_repo, capsys, monkeypatch, tmp_path):
+    config, patches, _ = pins_repo
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")  # the check comes first
     rc, out, err = run_inprocess(capsys, "--config", config, "--patches", patches, "build", "--arch", "sm120",
                                  "--pin", "v0.5.15", "--source", "pypi:0.5.20")
@@ -86,12 +86,12 @@ def test_build_refuses_a_source_of_another_release_before_any_engine_call(world,
     assert "pypi:0.5.20 is PyPI sglang 0.5.20" in line and "pin 'v0.5.15' is PyPI sglang 0.5.15" in line
 
 
-def test_prepare_refuses_a_git_source_of_another_commit(world, tmp_path):
+def test_prepare_refuses_a_git_source_of_another_commit(pins_repo, tmp_path):
     from forgepatch.config import load_matrix
     from forgepatch.errors import BadInput
     from forgepatch.images.prepare import prepare, resolve_target
 
-    config, patches, repo = world
+    config, patches, repo = pins_repo
     matrix = load_matrix(config, patches)
     pinned, other = git(repo, "rev-parse", "v0.5.15"), git(repo, "rev-parse", "v0.5.20")
     target = resolve_target(matrix, "sm120", pin="g15", source=f"git:{repo}@v0.5.20")

@@ -11,34 +11,12 @@ import hashlib
 import json
 import subprocess
 import sys
-import uuid
 
 import pytest
 
-from support.release_world import BRANCH, FAIL, TAG, World, cli_env, fork_template, git, remove_images
+from support.release_world import BRANCH, FAIL, TAG, World, cli_env, git, reasons
 
 pytestmark = pytest.mark.docker
-RUN_ID = uuid.uuid4().hex[:8]
-BUILT: set[str] = set()  # image IDs the tests made or reused: removed at the end
-
-
-@pytest.fixture(scope="module")
-def template_repo(tmp_path_factory):
-    return fork_template(tmp_path_factory.mktemp("release-template"))
-
-
-@pytest.fixture
-def world(tmp_path, template_repo, docker_client, base_image):
-    w = World(tmp_path, template_repo, docker_client, base_image, RUN_ID)
-    yield w
-    BUILT.update(w.built)
-    w.cleanup()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _no_images_left(docker_client):
-    yield
-    assert remove_images(docker_client, BUILT) == []
 
 
 def one_line(r, rc):
@@ -46,14 +24,6 @@ def one_line(r, rc):
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
     return lines[0]
-
-
-def reasons(r) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for comb in json.loads(r.stdout)["combinations"]:
-        for reason in comb["reasons"]:
-            out.setdefault(reason["code"], []).append(reason["message"])
-    return out
 
 
 def assert_nothing_released(w: World, ledger_before: bytes | None = None, tags_before=()):

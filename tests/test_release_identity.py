@@ -7,41 +7,12 @@ jobs ran on in the tag message and the ledger entry."""
 from __future__ import annotations
 
 import json
-import uuid
 
 import pytest
 
-from support.release_world import TAG, World, fork_template, git, remove_images
+from support.release_world import TAG, World, git, reasons
 
 pytestmark = pytest.mark.docker
-RUN_ID = uuid.uuid4().hex[:8]
-BUILT: set[str] = set()
-
-
-@pytest.fixture(scope="module")
-def template_repo(tmp_path_factory):
-    return fork_template(tmp_path_factory.mktemp("identity-template"))
-
-
-@pytest.fixture
-def world(tmp_path, template_repo, docker_client, base_image):
-    w = World(tmp_path, template_repo, docker_client, base_image, RUN_ID)
-    yield w
-    BUILT.update(w.built)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _no_images_left(docker_client):
-    yield
-    assert remove_images(docker_client, BUILT) == []
-
-
-def reasons(r) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for comb in json.loads(r.stdout)["combinations"]:
-        for reason in comb["reasons"]:
-            out.setdefault(reason["code"], []).append(reason["message"])
-    return out
 
 
 def repin(w: World, line: str) -> None:

@@ -5,38 +5,22 @@ moved fork branch, a rebuilt image, an edited results archive and a re-created t
 from __future__ import annotations
 
 import json
-import uuid
 
 import pytest
 
-from support.release_world import BRANCH, TAG, World, fork_template, git, remove_images
+from support.release_world import BRANCH, TAG, World, git
 
 pytestmark = pytest.mark.docker
-RUN_ID = uuid.uuid4().hex[:8]
-BUILT: set[str] = set()  # image IDs the tests made or reused: removed at the end
-
-
-@pytest.fixture(scope="module")
-def template_repo(tmp_path_factory):
-    return fork_template(tmp_path_factory.mktemp("release-template"))
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _no_images_left(docker_client):
-    yield
-    assert remove_images(docker_client, BUILT) == []
 
 
 @pytest.fixture
-def released(tmp_path, template_repo, docker_client, base_image):
+def released(world):
     """A world with one real release of sm120/p23."""
-    w = World(tmp_path, template_repo, docker_client, base_image, RUN_ID)
+    w = world
     w.image = w.build()
     r = w.release(w.smoke())
     assert r.returncode == 0, r.stderr
-    yield w
-    BUILT.update(w.built)
-    w.cleanup()
+    return w
 
 
 def mismatch(w: World) -> str:

@@ -76,7 +76,7 @@ def test_same_file_twice_is_read_once_and_a_missing_shard_is_said(runs):
     assert r.returncode == 0, r.stderr
     doc = json.loads(out.read_text())
     assert len(doc["jobs"]) == len(json.loads(runs["s1"].read_text())["jobs"]) and len(doc["merged_from"]) == 1
-    assert f"job(s) of the plan are in none of them" in r.stderr
+    assert "job(s) of the plan are in none of them" in r.stderr
 
 
 def test_conflicting_duplicates_are_refused_naming_both(runs):

@@ -22,6 +22,7 @@ ARCH, PIN, VERSION = "sm120", "p23", "0.5.23"
 PATCH = "sm120-flashinfer-allreduce-fusion"
 BRANCH = f"forgepatch/{ARCH}/{PIN}"
 TAG = f"forgepatch/{PIN}/{ARCH}"
+RUN_ID = uuid.uuid4().hex[:8]  # one image repository name space per test session
 CUBLAS = "CUBLAS_STATUS_EXECUTION_FAILED when calling cublasGemmStridedBatchedEx"
 
 OK = "python3 -c 'print(\"ok\")'"
@@ -73,6 +74,15 @@ image_repo = "{repo}"
 tag_template = "forgepatch/{{pin}}/{{arch}}"
 ledger = "releases/ledger.json"
 """
+
+
+def reasons(r: subprocess.CompletedProcess) -> dict[str, list[str]]:
+    """code -> messages of every refusal reason in a `release --json` document."""
+    out: dict[str, list[str]] = {}
+    for comb in json.loads(r.stdout)["combinations"]:
+        for reason in comb["reasons"]:
+            out.setdefault(reason["code"], []).append(reason["message"])
+    return out
 
 
 def git(repo: Path, *args: str, **kw) -> str:

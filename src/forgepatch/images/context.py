@@ -30,9 +30,7 @@ never touched.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import io
 import json
 import os
 import re
@@ -45,11 +43,12 @@ from typing import BinaryIO, Iterable, Iterator
 
 from forgepatch.atomic import write_atomic
 from forgepatch.errors import BadInput
+from forgepatch.images.archive import (
+    FIXED_MTIME, Sink, StagedFile, package_files, read_file, tarinfo, upstream_tar,
+)
 
-FIXED_MTIME = 946684800  # 2000-01-01T00:00:00Z: fixed, and valid for zip-based tools
 MANIFEST = ".forgepatch-context.json"
 UPSTREAM_TAR = "upstream/sglang.tar.gz"
-GZIP_LEVEL = 6
 REQUIRED_DIRS = ("wheels", "overlay/sglang")
 
 # What every image carries of forgepatch (paths relative to the package dir), copied whole:
@@ -104,100 +103,24 @@ class BuildContext:
 
     def tar_chunks(self, chunk_size: int = 1 << 20) -> Iterator[bytes]:
         """The same tar as a stream of chunks (sent to the engine without a temp file)."""
-        sink = _Sink()
+        sink = Sink()
         with tarfile.open(fileobj=sink, mode="w|", format=tarfile.PAX_FORMAT) as tar:
             for entry in self.entries:
                 if entry.is_dir:
-                    tar.addfile(_tarinfo(entry.path, entry.mode, is_dir=True))
+                    tar.addfile(tarinfo(entry.path, entry.mode, is_dir=True))
                 else:
                     with open(self.root / entry.path, "rb") as fh:
-                        tar.addfile(_tarinfo(entry.path, entry.mode, entry.size), fh)
+                        tar.addfile(tarinfo(entry.path, entry.mode, entry.size), fh)
                 if sink.size >= chunk_size:
                     yield sink.take()
         yield sink.take()
 
 
-class _Sink:
-    """A write-only file object that hands out what was written."""
-
-    def __init__(self) -> None:
-        self.parts: list[bytes] = []
-        self.size = 0
-
-    def write(self, data: bytes) -> int:
-        self.parts.append(bytes(data))
-        self.size += len(data)
-        return len(data)
-
-    def take(self) -> bytes:
-        out = b"".join(self.parts)
-        self.parts, self.size = [], 0
-        return out
-
-
-def _tarinfo(name: str, mode: int, size: int = 0, is_dir: bool = False) -> tarfile.TarInfo:
-    info = tarfile.TarInfo(name)
-    info.mtime, info.mode, info.size = FIXED_MTIME, mode, size
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    if is_dir:
-        info.type = tarfile.DIRTYPE
-    return info
-
-
-def _skip(name: str) -> bool:
-    return name in ("__pycache__", ".git") or name.endswith((".pyc", ".pyo"))
-
-
-def package_files(package: Path) -> dict[str, str]:
-    """Package-relative POSIX path -> absolute file path, sorted; symlinks are followed."""
-    out: dict[str, str] = {}
-    stack = [(str(package), "")]
-    while stack:
-        directory, prefix = stack.pop()
-        with os.scandir(directory) as it:
-            for entry in it:
-                if _skip(entry.name):
-                    continue
-                if entry.is_dir():
-                    stack.append((entry.path, prefix + entry.name + "/"))
-                elif entry.is_file():
-                    out[prefix + entry.name] = entry.path
-    return dict(sorted(out.items()))
-
-
-def _read(path: str) -> bytes:
-    with open(path, "rb") as fh:
-        return fh.read()
-
-
-def package_tar(files: dict[str, bytes], prefix: str = "sglang") -> bytes:
-    """A package as one deterministic tar (``prefix/rel`` members, sorted, fixed metadata)."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tar:
-        dirs = sorted({"/".join(rel.split("/")[:i]) for rel in files for i in range(1, rel.count("/") + 1)})
-        tar.addfile(_tarinfo(prefix, 0o755, is_dir=True))
-        for d in dirs:
-            tar.addfile(_tarinfo(f"{prefix}/{d}", 0o755, is_dir=True))
-        for rel, data in sorted(files.items()):
-            tar.addfile(_tarinfo(f"{prefix}/{rel}", 0o644, len(data)), io.BytesIO(data))
-    return buf.getvalue()
-
-
-@dataclass
-class _File:
-    data: bytes | None  # content, or None when it is read from ``path`` at write time
-    path: str | None
-    mode: int
-    size: int
-    sha256: str
-
-
 class _Plan:
-    """The context's files (rel -> _File), secret-scanned as they are added."""
+    """The context's files (rel -> StagedFile), secret-scanned as they are added."""
 
     def __init__(self, secrets: dict[str, str]):
-        self.files: dict[str, _File] = {}
+        self.files: dict[str, StagedFile] = {}
         self.secrets = {k: v.encode() for k, v in secrets.items()}
 
     def scan(self, data: bytes, origin: object) -> None:
@@ -210,7 +133,7 @@ class _Plan:
 
     def put(self, rel: str, data: bytes, origin: object, mode: int = 0o644) -> None:
         self.scan(data, origin)
-        self.files[rel] = _File(data, None, mode, len(data), hashlib.sha256(data).hexdigest())
+        self.files[rel] = StagedFile(data, None, mode, len(data), hashlib.sha256(data).hexdigest())
 
     def entries(self) -> list[Entry]:
         dirs = set(REQUIRED_DIRS)
@@ -311,13 +234,13 @@ def _plan(plan, package, upstream, changes, wheels, dockerfile, installer, packa
     if package is not None:
         patched: dict[str, str] = {}  # rel -> sha256 (content scanned for secrets)
         for rel, path in package_files(package).items():
-            data = _read(path)
+            data = read_file(path)
             plan.scan(data, path)
             patched[rel] = hashlib.sha256(data).hexdigest()
             contents[rel], origins[rel] = data, path
-        plan.files[UPSTREAM_TAR], pristine = _upstream_tar(plan, upstream or package, tar_cache)
+        plan.files[UPSTREAM_TAR], pristine = upstream_tar(upstream or package, tar_cache, plan.scan)
     else:
-        plan.files[UPSTREAM_TAR], pristine = _upstream_tar(plan, upstream, tar_cache)
+        plan.files[UPSTREAM_TAR], pristine = upstream_tar(upstream, tar_cache, plan.scan)
         patched = dict(pristine)
         for rel, text in sorted(changes.items()):
             if not _safe_rel(rel):
@@ -360,47 +283,6 @@ def image_files(package_dir: Path) -> list[str]:
         else:
             raise BadInput(f"in-image module {path} is missing")
     return out
-
-
-def _upstream_tar(plan: _Plan, package: Path, cache: Path | None) -> tuple[_File, dict[str, str]]:
-    """The unpatched package as one tar, and {rel: sha256} of its files.
-
-    Cached in ``cache`` under a key made of the tree's path, file names, sizes and mtimes, so
-    an unchanged upstream tree (a downloaded release) is read and packed only once."""
-    files = package_files(package)
-    stamp = hashlib.sha256(str(Path(package).resolve()).encode())
-    for rel, path in files.items():
-        st = os.stat(path)
-        stamp.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
-    key = stamp.hexdigest()[:32]
-    tar_path, meta_path = (Path(cache, key + ".tar.gz"), Path(cache, key + ".json")) if cache else (None, None)
-    if tar_path is not None:
-        try:
-            meta = json.loads(meta_path.read_text())
-            if os.path.getsize(tar_path) == meta["size"]:
-                return _File(None, str(tar_path), 0o644, meta["size"], meta["sha256"]), meta["files"]
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
-    contents, shas = {}, {}
-    for rel, path in files.items():
-        data = _read(path)
-        plan.scan(data, path)
-        contents[rel] = data
-        shas[rel] = hashlib.sha256(data).hexdigest()
-    tar = package_tar(contents)
-    # Identity = sha256 of the uncompressed tar: gzip bytes may differ between zlib builds,
-    # the package may not (so tags agree across machines).
-    identity = hashlib.sha256(tar).hexdigest()
-    buf = io.BytesIO()
-    with gzip.GzipFile(fileobj=buf, mode="wb", compresslevel=GZIP_LEVEL, mtime=0, filename="") as gz:
-        gz.write(tar)
-    tar = buf.getvalue()
-    tar_file = _File(tar, None, 0o644, len(tar), identity)
-    if tar_path is not None:
-        _write_file(tar_path, tar, 0o644)
-        meta = {"sha256": tar_file.sha256, "size": tar_file.size, "files": shas}
-        _write_file(meta_path, json.dumps(meta).encode(), 0o644)
-    return tar_file, shas
 
 
 def _sync(plan: _Plan, entries: list[Entry], dest: Path) -> int:

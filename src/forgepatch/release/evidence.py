@@ -4,10 +4,8 @@ the image in the Docker engine. Nothing here writes, except the small docker wri
 
 from __future__ import annotations
 
-import json
-import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -15,7 +13,7 @@ from typing import Any
 from forgepatch.combination import LABEL, Upstream, content_ref, image_tag, validated_ref
 from forgepatch.combination.results import JobResult, SmokeResults
 from forgepatch.errors import BadInput, Failure
-from forgepatch.fork.gitrepo import GitRepo, TagFacts
+from forgepatch.fork.gitrepo import GitRepo
 from forgepatch.release.ledger import sha256_bytes
 
 
