@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from forgepatch.combination import LABEL, Upstream, content_ref, image_tag, validated_ref
+from forgepatch.combination import LABEL, Upstream, content_ref, image_ref, split_ref, validated_ref
 from forgepatch.combination.results import JobResult, SmokeResults
 from forgepatch.errors import BadInput, Failure
 from forgepatch.fork.gitrepo import GitRepo
@@ -158,8 +158,8 @@ def build_ref(repo: str, pin: str, arch: str, image: ImageFacts) -> str | None:
     chash = image.labels.get(LABEL["context_hash"])
     if chash:
         return content_ref(repo, pin, arch, chash)
-    moving, validated = f"{repo}:{image_tag(pin, arch)}", validated_ref(repo, pin, arch)
-    others = [t for t in image.repo_tags if t.startswith(f"{repo}:") and t not in (moving, validated)]
+    moving, validated = image_ref(repo, pin, arch), validated_ref(repo, pin, arch)
+    others = [t for t in image.repo_tags if split_ref(t)[0] == repo and t not in (moving, validated)]
     return others[0] if others else None
 
 
@@ -176,7 +176,7 @@ def current_image(api, repo: str, arch: str, pin: str, override: str | None = No
         image.ref = override if override in image.repo_tags else build_ref(repo, pin, arch, image)
         return image
     listed = api.images(filters={"label": [f"{LABEL['arch']}={arch}", f"{LABEL['pin']}={pin}"]})
-    listed = [row for row in listed if any(t.startswith(f"{repo}:") for t in row.get("RepoTags") or [])]
+    listed = [row for row in listed if any(split_ref(t)[0] == repo for t in row.get("RepoTags") or [])]
     found = [i for i in (inspect_image(api, row["Id"]) for row in listed) if i is not None]
     if not found:
         return None
@@ -191,8 +191,6 @@ def resolve_tag(api, ref: str) -> str | None:
 
 
 def set_image_tag(api, image_id: str, ref: str) -> None:
-    from forgepatch.combination import split_ref
-
     name, tag_ = split_ref(ref)
     if not api.tag(image_id, name, tag_, force=True):
         raise Failure(f"docker tag {image_id[:19]} {ref}: the engine refused")
