@@ -1,5 +1,6 @@
-"""A plain (non-editable) install carries the shipped patches, matrix and Dockerfile and
-works from any directory."""
+"""A plain (non-editable) install carries the shipped patches, matrix and Dockerfile (real
+top-level directories of the repository, force-included into the wheel) and the in-image
+package, and works from any directory."""
 
 from __future__ import annotations
 
@@ -12,6 +13,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def test_shipped_data_are_real_top_level_directories():
+    for name in ("matrix.toml", "patches", "dockerfiles"):
+        assert (ROOT / name).exists() and not (ROOT / name).is_symlink(), name
+    assert not (ROOT / "src" / "forgepatch" / "data").exists()  # only the wheel has forgepatch/data/
+    from forgepatch.paths import SHIPPED_DOCKERFILE, SHIPPED_MATRIX, SHIPPED_PATCHES
+
+    assert SHIPPED_MATRIX == ROOT / "matrix.toml" and SHIPPED_PATCHES == ROOT / "patches"
+    assert SHIPPED_DOCKERFILE == ROOT / "dockerfiles" / "Dockerfile"
+
+
 def test_wheel_install_works_from_any_directory(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", tmp_path / "dist", ROOT],
                    check=True, capture_output=True)
@@ -19,7 +30,9 @@ def test_wheel_install_works_from_any_directory(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     for data in ("forgepatch/data/matrix.toml", "forgepatch/data/dockerfiles/Dockerfile",
                  "forgepatch/data/patches/sm120-flashinfer-allreduce-fusion.toml",
-                 "forgepatch/data/patches/sm103-ep-cuda-graph-guard.py"):
+                 "forgepatch/data/patches/sm103-ep-cuda-graph-guard.py", "forgepatch/data/dockerfiles/install.py",
+                 "forgepatch/templates/init-matrix.toml", "forgepatch/inimage/probe.py", "forgepatch/inimage/server.py",
+                 "forgepatch/combination/__init__.py", "forgepatch/combination/results.py"):
         assert data in names, data
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
@@ -38,3 +51,10 @@ def test_wheel_install_works_from_any_directory(tmp_path):
                            cwd=work, capture_output=True, text=True)
     assert check.returncode == 1, check.stderr  # the release is not patched yet: exit 1, nothing written
     assert not any(work.iterdir())
+    paths = subprocess.run([py, "-c", "from forgepatch import paths; print(paths.SHIPPED_MATRIX, paths.IMAGE_INSTALLER)"],
+                           cwd=work, capture_output=True, text=True, check=True).stdout.split()
+    assert all(p.startswith(str(env_dir)) and Path(p).is_file() for p in paths), paths
+    init = subprocess.run([py, "-m", "forgepatch", "init", "--json"], cwd=work, capture_output=True, text=True)
+    assert init.returncode == 0, init.stderr
+    assert (work / "dockerfiles" / "Dockerfile").read_bytes() == (ROOT / "dockerfiles" / "Dockerfile").read_bytes()
+    assert (work / "patches" / "sm120-flashinfer-allreduce-fusion.toml").is_file()
