@@ -27,6 +27,9 @@ default_pin = "p23"
 [pins.p23]
 pypi = "0.5.23"
 
+[pins.p20]
+pypi = "0.5.20"
+
 [arches.sm120]
 patches = ["sm120-flashinfer-allreduce-fusion"]
 base_image = "{base}"
@@ -118,3 +121,13 @@ def test_server_profiles_run_in_the_built_image(built):
                                    "[forgepatch-server] health 200", "[forgepatch-server] answered HTTP 200")]
     assert order == sorted(order), log[-3000:]
     assert "[forgepatch] exit code=0" in log
+
+
+def test_an_image_of_another_pin_is_refused_before_any_job(built, docker_client):
+    args, tmp, build = built
+    r = run_cli(*args, "smoke", "--runner", "docker", "--arch", "sm120", "--pin", "p20", "--image", build["tags"][0],
+                "--json", "--logs", tmp / "logs-p20")
+    assert r.returncode == 2, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "was built for sm120/p23, but job sm120-p20-tp2 is sm120/p20" in lines[0], r.stderr
+    assert docker_client.containers.list(all=True, filters={"ancestor": build["image_id"]}) == []  # none started

@@ -9,6 +9,10 @@ compare-and-swap ``git update-ref``, under the repository's forgepatch lock.
 Re-running with identical results (same trees, same messages) moves nothing. When the
 result differs, the old head is kept as ``refs/forgepatch/previous/<arch>/<pin>/<UTC
 stamp>`` (and stays in the branch's reflog). Drift on a required site moves nothing.
+
+The branch is tied to its pin: a matrix pin given with ``--pin`` must record REV's identity
+(``combination.Upstream``), and every commit carries the pin, the upstream commit and its
+version as trailers (``combination.Trailer``) for ``release`` to check against the pin.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ import uuid
 from pathlib import Path
 
 from forgepatch.combination import CONTAINER_JOB, CONTAINER_OWNER, CONTAINER_RUN
+from forgepatch.combination import LABEL as IMAGE_LABEL
 from forgepatch.errors import BadInput
 from forgepatch.inimage.monitor import LineSplitter
 from forgepatch.dockerapi import repo_digest
@@ -66,16 +67,25 @@ class DockerRunner:
         return host_gpus()
 
     def preflight(self, jobs: list[JobSpec]) -> None:
-        """BadInput if an image is missing; reap containers of dead forgepatch processes."""
+        """BadInput if an image is missing, or was built by forgepatch for another arch or pin
+        than a job of it says (results would be filed under the wrong combination); reap
+        containers of dead forgepatch processes."""
         import docker.errors
 
+        labels: dict[str, dict[str, str]] = {}
         for image in sorted({j.image for j in jobs if j.image}):
             try:
-                self.client.images.get(image)
+                labels[image] = dict(self.client.images.get(image).labels or {})
             except docker.errors.ImageNotFound:
                 raise BadInput(f"image {image!r} not found in the local Docker engine (build it: forgepatch build)") from None
             except docker.errors.APIError as exc:
                 raise BadInput(f"image {image!r}: {exc.explanation or exc}") from None
+        for job in jobs:
+            got = labels.get(job.image or "", {})
+            built = (got.get(IMAGE_LABEL["arch"]), got.get(IMAGE_LABEL["pin"]))
+            if all(built) and built != (job.arch, job.pin):
+                raise BadInput(f"image {job.image!r} was built for {built[0]}/{built[1]}, but job {job.id} is "
+                               f"{job.arch}/{job.pin} (check --image or [smoke] image)")
         if any(not j.image for j in jobs):
             raise BadInput("--runner docker needs an image for every job (--image or [smoke] image)")
         self.reap_stale()
