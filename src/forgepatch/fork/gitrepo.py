@@ -114,6 +114,7 @@ class GitRepo:
             raise BadInput(f"{flag}: {path} is not a git repository") from None
         self.root = Path(self.repo.working_tree_dir or self.repo.git_dir)
         self.git_dir = Path(self.repo.common_dir).resolve()
+        self._batch: Any = None  # the cat-file --batch process of blobs()
 
     # -- commands --------------------------------------------------------------------------
     def run(self, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
@@ -264,15 +265,40 @@ class GitRepo:
         return GitTree(self, commit, package_dir, tree_id, blobs)
 
     def blob(self, oid: str) -> bytes:
-        try:
-            return self.repo.git.get_object_data(oid)[3]
-        except ValueError:  # GitPython: the batch process said "missing"
-            raise Failure(f"git cat-file: object {oid} is missing") from None
+        return self.blobs([oid])[0]
 
     def blobs(self, oids: list[str]) -> list[bytes]:
-        return [self.blob(oid) for oid in oids]
+        """Many blobs in one pipelined exchange with a ``git cat-file --batch`` process that
+        GitPython started: a thread feeds the ids while this one reads (no round trip per
+        blob, and no pipe deadlock)."""
+        import subprocess
+        import threading
+
+        if self._batch is None:
+            self._batch = self.repo.git.execute(["git", "cat-file", "--batch"], as_process=True,
+                                                istream=subprocess.PIPE)
+        stdin, stdout = self._batch.proc.stdin, self._batch.proc.stdout
+
+        def feed() -> None:
+            stdin.write(b"".join(oid.encode() + b"\n" for oid in oids))
+            stdin.flush()
+
+        feeder = threading.Thread(target=feed, daemon=True)
+        feeder.start()
+        out = []
+        for oid in oids:
+            header = stdout.readline().split()
+            if len(header) != 3:
+                raise Failure(f"git cat-file: object {oid} is missing")
+            out.append(stdout.read(int(header[2]) + 1)[:-1])
+        feeder.join()
+        return out
 
     def close(self) -> None:
+        if self._batch is not None:
+            self._batch.proc.stdin.close()
+            self._batch.proc.wait()
+            self._batch = None
         self.repo.close()
 
     def __enter__(self) -> "GitRepo":
