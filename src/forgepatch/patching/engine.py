@@ -17,7 +17,6 @@ from forgepatch.arch import Arch
 from forgepatch.patching import lint, verify
 from forgepatch.patching.codemods.base import FileContext, Finding, node_names_any
 from forgepatch.patching.functions import all_functions, parse, replace_functions, scan_functions
-from forgepatch.patching.markers import names_any
 from forgepatch.patching.locate import candidates, def_pattern, hinted, in_site_modules, is_candidate
 from forgepatch.patching.model import ApplyResult, Location, PatchResult, SiteResult, Status, Tree
 from forgepatch.patching.patchset import Patch, Site, patchset_hash
@@ -59,7 +58,10 @@ def edit_file(text: str, rel: str, patch: Patch, sites: list[Site], arch: Arch, 
         module = functions[0][3] if functions else cst.Module(body=[])
     ctx = FileContext(arch, rel, module, pristine, overlay.read_text, {}, {}, emit=emit, text=text)
     codemod = patch.codemod(patch)
-    tokens = lint.def_tokens(text, wanted)  # stdlib ast: C speed, where a libcst visitor is not
+    # which site functions name their site's markers in code: stdlib ast (C speed) where it
+    # can parse the file, else libcst
+    naming = {site.name: lint.site_functions_naming(text, set(site.functions), site.markers)
+              for site in sites if site.markers}
     found: dict[str, list[str]] = {}
     replacements: dict[cst.CSTNode, cst.CSTNode] = {}
     for node, qual, def_line, holder in functions:
@@ -71,8 +73,8 @@ def edit_file(text: str, rel: str, patch: Patch, sites: list[Site], arch: Arch, 
                 continue
             if not site.markers:
                 named = True
-            elif tokens is not None and def_line in tokens:
-                named = names_any(*tokens[def_line], site.markers)
+            elif naming[site.name] is not None and def_line is not None:
+                named = def_line in naming[site.name]
             else:
                 named = node_names_any([node], site.markers)
             found.setdefault(site.name, []).append(f"{qual} ({rel}:{def_line})" + ("" if named else " [no marker in code]"))
@@ -188,6 +190,7 @@ def _run_patch(patch: Patch, arch: Arch, version: str | None, overlay: _Overlay,
                                   + (f": {s.applies_to_reason}" if s.applies_to_reason else ""))
                for s in patch.sites if s not in live}
     markers = sorted({m for s in patch.sites for m in s.markers}) if self_check and patch.covers_gates else []
+    needles = [m.encode() for m in markers]
     findings: list[Finding] = []
     found: dict[str, list[str]] = {}
     changes: dict[str, str] = {}
@@ -216,7 +219,7 @@ def _run_patch(patch: Patch, arch: Arch, version: str | None, overlay: _Overlay,
     for rel, ckey in todo:
         data = overlay.read_bytes(rel)
         hits = [s for s in live if in_site_modules(rel, s) and is_candidate(data, s)] if live and quick.search(data) else []
-        if hits or (markers and lint.candidate(data, markers)):
+        if hits or (markers and lint.candidate(data, needles)):
             files[rel] = hits
         elif ckey:
             cache[ckey] = {"f": [], "s": {}}

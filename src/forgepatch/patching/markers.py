@@ -23,17 +23,25 @@ def is_word(marker: str) -> bool:
     return _WORD.fullmatch(marker) is not None
 
 
+class Matcher:
+    """``markers`` compiled once: does a name, or a string value, name one of them?"""
+
+    def __init__(self, markers: Iterable[str]) -> None:
+        markers = list(markers)
+        self.words = {m for m in markers if is_word(m)}
+        self._word_res = [(m, re.compile(rf"(?<!\w){re.escape(m)}(?!\w)")) for m in self.words]
+        self._phrases = [m for m in markers if not is_word(m)]
+
+    def name(self, name: str) -> bool:
+        return name in self.words
+
+    def string(self, value: str) -> bool:
+        return any(p in value for p in self._phrases) or any(
+            m in value and r.search(value) for m, r in self._word_res)
+
+
 def names_any(names: set[str], strings: Iterable[str], markers: Iterable[str]) -> bool:
     """Do these code tokens (identifiers ``names``, non-doc string values ``strings``) name
     one of ``markers``?"""
-    strings = list(strings)
-    for marker in markers:
-        if is_word(marker):
-            if marker in names:
-                return True
-            pat = re.compile(rf"(?<!\w){re.escape(marker)}(?!\w)")
-            if any(marker in s and pat.search(s) for s in strings):
-                return True
-        elif any(marker in s for s in strings):
-            return True
-    return False
+    match = Matcher(markers)
+    return bool(match.words & names) or any(match.string(s) for s in strings)

@@ -37,7 +37,11 @@ class Status(str, Enum):
     @property
     def failed(self) -> bool:
         """Exit 1, nothing written."""
-        return self in (Status.DRIFT, Status.INCOMPLETE)
+        return self.value in FAILED
+
+
+# Status values that fail a run (exit 1, nothing written, no branch moved, no image built).
+FAILED = ("drift", "incomplete")
 
 
 @dataclass
