@@ -193,6 +193,7 @@ def test_a_declared_exception_is_reported_not_silent(release, tmp_path):
         "[[ignore]]\n"
         'function = "flashinfer_ar_fusion_applies_decode"\n'
         'module = "srt/layers/layer_boundary/**"\n'
+        'gate = "_is_sm90_supported or _is_sm100_supported"\n'
         f'reason = "{reason}"\n\n[[examples]]'), 1))
     root = _tree_copy(release, tmp_path)
     target = root / "sglang" / ADD_NORM

@@ -199,7 +199,9 @@ class _Engine:
         self.patchset = self.series.hash
 
     def run(self, tree, version, cache):
-        return self._run(self.series, tree, version, cache=cache)
+        # status only, memo or not: a scan needs verdicts, never texts (and its report is
+        # then the same with --no-cache as with the memo)
+        return self._run(self.series, tree, version, cache=cache if cache is not None else {})
 
 
 def _memo_get(cache, key: str | None):

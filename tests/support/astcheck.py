@@ -148,3 +148,16 @@ def names_resolve(source: str, read, rel: str, fam: str = "sm120") -> bool:
             if f"is_{fam}" not in platform:
                 return False
     return True
+
+
+def strip_guard(source: str, guard: str) -> str:
+    """The AST of ``source`` without the module-level ``guard`` function and its calls:
+    what must be left of a file the sm103 patch changed (nothing else may differ)."""
+    tree = ast.parse(source)
+    tree.body = [s for s in tree.body if not (isinstance(s, ast.FunctionDef) and s.name == guard)]
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list):
+            node.body = [s for s in body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Call)
+                                                 and getattr(s.value.func, "id", "") == guard)]
+    return ast.dump(tree)
