@@ -132,7 +132,8 @@ def _site_result(site: Site, findings: list[Finding], found: list[str], overlay:
         return SiteResult(site.name, status, first.file, first.line, first.symbol,
                           "; ".join(dict.fromkeys(f.detail for f in mine if f.status is status)), locations=locations)
     if not site.required:
-        return SiteResult(site.name, Status.NOT_APPLICABLE, detail="optional site absent")
+        detail = (f"optional site: no gate to widen in {', '.join(found)}" if found else "optional site absent")
+        return SiteResult(site.name, Status.NOT_APPLICABLE, detail=detail)
     where = f" in {', '.join(site.modules)}" if site.modules and not site.anywhere else ""
     markers = ", ".join(site.markers) or "(none)"
     detail = (f"function(s) found but no gate to widen naming {markers}: {', '.join(found)}"
