@@ -66,10 +66,10 @@ def main() -> None:
     patches = load_patches(SHIPPED_PATCHES, ["sm120-flashinfer-allreduce-fusion"])
     arch = get_arch("sm120")
 
-    from forgepatch.patching import functions, lint
+    from forgepatch.patching import astview, functions
 
     def engine(self_check: bool) -> float:
-        lint._view.cache_clear()  # per-text parse memos: every run starts cold, like a CLI run
+        astview.view.cache_clear()  # per-text parse memos: every run starts cold, like a CLI run
         functions.defs_of.cache_clear()
         t = time.perf_counter()
         res = run_patches(DirTree(tree.package, True), patches, arch, args.version, self_check=self_check)

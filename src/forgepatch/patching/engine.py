@@ -14,7 +14,7 @@ from typing import Any, MutableMapping
 import libcst as cst
 
 from forgepatch.arch import Arch
-from forgepatch.patching import lint, verify
+from forgepatch.patching import astview, lint, verify
 from forgepatch.patching.codemods.base import FileContext, Finding, node_names_any
 from forgepatch.patching.functions import all_functions, parse, replace_functions, scan_functions
 from forgepatch.patching.locate import candidates, def_pattern, hinted, in_site_modules, is_candidate
@@ -60,7 +60,7 @@ def edit_file(text: str, rel: str, patch: Patch, sites: list[Site], arch: Arch, 
     codemod = patch.codemod(patch)
     # which site functions name their site's markers in code: stdlib ast (C speed) where it
     # can parse the file, else libcst
-    naming = {site.name: lint.site_functions_naming(text, set(site.functions), site.markers)
+    naming = {site.name: astview.site_functions_naming(text, set(site.functions), site.markers)
               for site in sites if site.markers}
     found: dict[str, list[str]] = {}
     replacements: dict[cst.CSTNode, cst.CSTNode] = {}

@@ -21,7 +21,7 @@ from forgepatch.arch import ARCHES
 from forgepatch.patching.codemods.base import (
     FileContext, SiteCodemod, first_non_import_index, insert_definition, node_names_any,
 )
-from forgepatch.patching.lint import SIBLINGS
+from forgepatch.patching.astview import SIBLINGS
 from forgepatch.patching.model import Status
 from forgepatch.patching.predicates import Gate, Predicate, find_gates, or_operands, predicate, rename_family
 from forgepatch.patching.resolve import absolute_module, binding, find_definition, imported_kind
