@@ -100,9 +100,10 @@ class View:
         self.whole: list | None = None
         self._constants: list | None = None
 
-    def functions(self, needles, names: set[str] | None = None) -> list:
+    def functions(self, needles, names: set[str] | None = None, relevant=None) -> list:
         """Functions (nested ones included) whose code holds one of ``needles`` (and, with
-        ``names``, is named in it), with the functions inside them."""
+        ``names``, is named in it; with ``relevant``, whose text it accepts), with the
+        functions inside them."""
         if self.whole is None:
             try:
                 out = []
@@ -116,7 +117,7 @@ class View:
                     if any(a <= line - 1 < b for a, b in self.ranges):
                         continue  # inside a block parsed already: its functions are listed
                     region = self.defs.region(i)
-                    if not any(n in region[0] for n in needles):
+                    if not any(n in region[0] for n in needles) or (relevant and not relevant(region[0])):
                         continue
                     block, end = self.defs.block(i, region)
                     module = ast.parse("\n" * (line - 1) + block)  # lines as in the file

@@ -141,14 +141,23 @@ def lint_file(text: str, rel: str, markers: Iterable[str], target: str, arch_nam
     def has_sibling(node) -> bool:
         return any(n in segment(node) for n in SIBLING_NEEDLES)
 
+    # what could make a function matter: a sibling predicate in it, a call of a function
+    # that may hold one, or a module-level name holding a rejecting gate (supersets, by text)
+    maybe = file.gated_names()
+    constants = [stmt for stmt in file.constants() if stmt.value is not None and has_sibling(stmt)]
+    held = [(stmt, gate, fams) for stmt in constants for gate, fams in _pure_gates(stmt.value)[0]
+            if target not in fams and fams & set(SIBLINGS)]
+    held_names = {t.id for stmt, _g, _f in held for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target])
+                  if isinstance(t, ast.Name)}
+    reach = (*SIBLING_NEEDLES, *maybe, *held_names)
+
     # 1. the feature's functions: their code names a marker
-    funcs = file.functions(needles)
+    funcs = file.functions(needles, relevant=lambda region: any(n in region for n in reach))
     feature = {id(node) for node, _q in funcs
                if any(m in segment(node) for m in needles) and names_marker([node], match)}
     if not feature:
         return []
     # 2. the same-module functions they call, where those hold a sibling predicate
-    maybe = file.gated_names()
     called: set[str] = set()
     for node, _q in funcs:
         if id(node) in feature and any(n in segment(node) for n in maybe):
@@ -157,12 +166,9 @@ def lint_file(text: str, rel: str, markers: Iterable[str], target: str, arch_nam
         funcs = funcs + [f for f in file.functions(SIBLING_NEEDLES, called) if f not in funcs]
     gated = {id(node) for node, _q in funcs if has_sibling(node)}  # where a gate can be
     routed = {node.name for node, _q in funcs if id(node) in gated} & called
-    constants = [stmt for stmt in file.constants() if stmt.value is not None and has_sibling(stmt)]
     out: dict[tuple[int, int], LintFinding] = {}
-    # a gate kept in a module-level name (``_fusion_ok = _is_sm90_supported or ...``) that a
-    # feature function reads is on its path too
-    held = [(stmt, gate, fams) for stmt in constants for gate, fams in _pure_gates(stmt.value)[0]
-            if target not in fams and fams & set(SIBLINGS)]
+    # 3. a gate kept in a module-level name (``_fusion_ok = _is_sm90_supported or ...``) that
+    # a feature function reads is on its path too
     used = names([node for node, _q in funcs if id(node) in feature]) if held else set()
     for stmt, gate, fams in held:
         targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Callable
 
 ReadText = Callable[[str], "str | None"]  # package-relative path -> text, or None if absent
@@ -66,6 +67,7 @@ def find_definition(read: ReadText, module: str, name: str, _depth: int = 0) -> 
 _BOOLISH = re.compile(r"^\s*(?:True|False|not\b|.*(?:\band\b|\bor\b|==|!=|<=|>=|[<>]|\bis\b|\bin\b))")
 
 
+@lru_cache(maxsize=64)
 def binding(text: str, name: str) -> tuple[str, str] | None:
     """How ``text`` binds ``name`` at its top level: ("function", "") for a ``def``,
     ("class", ""), ("bool", rhs) for an assignment of a condition, ("value", rhs) for any
