@@ -1,10 +1,14 @@
-"""Benchmark: `forgepatch apply --arch sm120` on the full newest-release tree vs parsing
-every file with libcst (the baseline a naive codemod pays), in the same run.
+"""Benchmark: `forgepatch apply --arch sm120` on the full newest-release tree, in one run:
+
+- the engine with its self-check (gate coverage + changed == reported) and without it,
+  interleaved, same process: the self-check must cost at most 1.5x (issue 11);
+- the CLI wall time (`apply --check`, start-up included) and `forgepatch --help`;
+- parsing every file with libcst (the baseline a naive codemod pays).
 
     python bench/apply.py [--version 0.5.23] [--runs 5] [--baseline-runs 1]
 
-Prints medians and ratios as JSON. Goals (issue): apply <= 1.0 s wall including start-up,
->= 100x faster than parse-all; `forgepatch --help` <= 0.25 s.
+Prints medians and ratios as JSON. Goals: apply <= 1.0 s wall including start-up, >= 100x
+faster than parse-all; self-check <= 1.5x; `forgepatch --help` <= 0.25 s.
 """
 
 from __future__ import annotations
@@ -60,21 +64,36 @@ def main() -> None:
     from forgepatch.patching.trees import DirTree
 
     patches = load_patches(SHIPPED_PATCHES, ["sm120-flashinfer-allreduce-fusion"])
-    engine = []
-    for _ in range(args.runs):
+    arch = get_arch("sm120")
+
+    from forgepatch.patching import astview, functions
+
+    def engine(self_check: bool) -> float:
+        astview.view.cache_clear()  # per-text parse memos: every run starts cold, like a CLI run
+        functions.defs_of.cache_clear()
         t = time.perf_counter()
-        run_patches(DirTree(tree.package, True), patches, get_arch("sm120"), args.version)
-        engine.append(time.perf_counter() - t)
+        res = run_patches(DirTree(tree.package, True), patches, arch, args.version, self_check=self_check)
+        assert res.verified is self_check and not res.drift
+        return time.perf_counter() - t
+
+    engine(True)  # warm imports and the page cache
+    checked, unchecked = [], []
+    for _ in range(args.runs):  # interleaved, so load on the machine hits both alike
+        checked.append(engine(True))
+        unchecked.append(engine(False))
     baseline = [parse_all(tree.package) for _ in range(args.baseline_runs)]
     base = statistics.median(b[0] for b in baseline)
     doc = {
         "version": args.version,
         "files": baseline[0][1],
         "apply_cli_wall_s_median": round(statistics.median(applies), 3),
-        "apply_engine_s_median": round(statistics.median(engine), 3),
+        "apply_engine_s_median": round(statistics.median(checked), 3),
+        "apply_engine_without_self_check_s_median": round(statistics.median(unchecked), 3),
+        "self_check_ratio": round(statistics.median(checked) / statistics.median(unchecked), 2),
+        "self_check_within_1_5x": statistics.median(checked) <= 1.5 * statistics.median(unchecked),
         "parse_all_baseline_s_median": round(base, 2),
         "speedup_cli_vs_parse_all": round(base / statistics.median(applies), 1),
-        "speedup_engine_vs_parse_all": round(base / statistics.median(engine), 1),
+        "speedup_engine_vs_parse_all": round(base / statistics.median(checked), 1),
         "help_wall_s_median": round(statistics.median(helps), 3),
         "runs": args.runs,
         "baseline_runs": args.baseline_runs,

@@ -5,17 +5,18 @@ On sm_103 (B300/GB300), expert parallelism with CUDA graphs died in graph captur
 NVLS and all-reduce fusion), while TP8 with graphs worked. This patch makes SGLang refuse
 ``--ep-size > 1`` with CUDA graphs at argument-check time, with a message saying what to do,
 instead of dying minutes later in capture. It finds ``check_server_args`` (a ServerArgs
-method up to 0.5.19, ``arg_groups/validation_hook.py`` from 0.5.20) by symbol and by the
-``tp_size`` marker, picks the one that does the checking (not the delegating wrapper), and
-inserts a call to a module-level guard at the top of its body.
+method up to 0.5.19, ``arg_groups/validation_hook.py`` from 0.5.20) by symbol, in the
+language server's modules only (``srt/``: from 0.5.5 the diffusion server in
+``multimodal_gen/`` has a ``check_server_args`` of its own, which this guard is not for),
+naming ``tp_size`` in code; picks the one that does the checking (not the delegating
+wrapper), and inserts a call to a module-level guard at the top of its body.
 """
 
 from __future__ import annotations
 
 import libcst as cst
 
-from forgepatch.patching.codemods.base import SiteCodemod, insert_definition
-from forgepatch.patching.model import Status
+from forgepatch.patching import SiteCodemod, Status, insert_definition
 
 GUARD = "_forgepatch_sm103_ep_graph_guard"
 
@@ -23,11 +24,11 @@ PATCH = {
     "id": "sm103-ep-cuda-graph-guard",
     "summary": "Refuse EP>1 with CUDA graphs on sm_103 at argument-check time",
     "arches": ["sm103"],
-    "applies_to": ">=0.5.3",
     "sites": [
         {
             "name": "argument-check",
             "functions": ["check_server_args"],
+            # binding: the site is in these modules, never in multimodal_gen/
             "modules": ["srt/server_args.py", "srt/arg_groups/*.py"],
             "markers": ["tp_size"],
         }
@@ -131,6 +132,7 @@ class Codemod(SiteCodemod):
             return module
         if any(isinstance(s, cst.FunctionDef) and s.name.value == GUARD for s in module.body):
             return module
+        ctx.provided.append(f"defined {GUARD}() after the imports")
         return insert_definition(module, _guard_source(ctx.arch.cc))
 
 

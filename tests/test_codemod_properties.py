@@ -1,22 +1,32 @@
-"""Property tests for the arch-gate codemod on generated gate conditions (hypothesis)."""
+"""Property tests for the arch-gate codemod and the series' self-check (hypothesis).
+
+Generated trees: a site function with 1-3 gates (pure, mixed, lone; three idioms; on one
+line or split over lines with comments; the marker in code, in a comment only, or absent),
+decoys with the site's name in other modules, copies of the gate outside the site, and
+helper names already defined as functions. The claim: ``apply`` is correct (checked with
+``ast``, independently of the engine) or it exits 1 (drift / incomplete); never exit 0 with
+a wrong tree. And the drift scan's status-only mode reaches the same verdict.
+"""
 
 from __future__ import annotations
 
 import ast
 
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from forgepatch.arch import get_arch
+from forgepatch.patching.codemods.arch_gate import ArchGateCodemod
 from forgepatch.patching.engine import run_patches
 from forgepatch.patching.patchset import build_patch
-from forgepatch.patching.codemods.arch_gate import ArchGateCodemod
 from forgepatch.patching.trees import MemoryTree
 from tests.support import astcheck
 
+MARKER = "fusion_enabled"
+SITE_FILE = "srt/layers/mod.py"
 PATCH = build_patch({
     "id": "gen", "summary": "generated", "arches": ["sm120"],
-    "sites": [{"name": "gate", "functions": ["gated"], "markers": ["fusion_enabled"]}],
+    "sites": [{"name": "gate", "functions": ["gated"], "modules": ["srt/layers/*.py"], "markers": [MARKER]}],
 }, ArchGateCodemod)
 
 UTILS = "def is_sm90_supported(): ...\ndef is_sm100_supported(): ...\ndef is_sm120_supported(): ...\n"
@@ -28,83 +38,153 @@ HEADER = (
     "_is_sm90_supported = _is_cuda and is_sm90_supported()\n"
     "_is_sm100_supported = _is_cuda and is_sm100_supported()\n"
 )
-
-IDIOMS = {
-    "constant": "_is_{}_supported",
-    "call": "is_{}_supported()",
-    "attribute": "get_platform().is_{}",
+HELPERS = {
+    "none": "",
+    "constant-name-as-def": "\n\ndef _is_sm120_supported() -> bool:\n    return _is_cuda and False\n",
+    "function-defined-here": "\n\ndef is_sm120_supported() -> bool:\n    return False\n",
 }
-families = st.sampled_from(["sm90", "sm100"])
-idioms = st.sampled_from(sorted(IDIOMS))
-others = st.sampled_from(["view.nnodes == 1", "batch_size > 0", "not is_dp()", "x.tp_size > 1"])
+IDIOMS = {"constant": "_is_{}_supported", "call": "is_{}_supported()", "attribute": "get_platform().is_{}"}
+OTHERS = ["view.nnodes == 1", "batch_size > 0", "not is_dp()", "x.tp_size > 1"]
 
 
 @st.composite
-def gate(draw):
-    """A pure disjunction of 2-3 predicates in one idiom, a mixed one, or a lone predicate."""
-    idiom = draw(idioms)
-    kind = draw(st.sampled_from(["pure", "mixed", "lone"]))
-    preds = [IDIOMS[idiom].format(f) for f in draw(st.lists(families, min_size=2, max_size=3, unique=True))]
+def gate_expr(draw):
+    """(kind, code, split-over-lines code) of a pure / mixed / lone gate in one idiom."""
+    idiom = IDIOMS[draw(st.sampled_from(sorted(IDIOMS)))]
+    kind = draw(st.sampled_from(["pure", "pure", "mixed", "lone"]))
+    fams = draw(st.lists(st.sampled_from(["sm90", "sm100"]), min_size=2, max_size=2, unique=True))
+    preds = [idiom.format(f) for f in fams]
     if kind == "pure":
-        return kind, "(" + " or ".join(preds) + ")"
-    if kind == "mixed":
-        return kind, "(" + draw(others) + " or " + preds[-1] + ")"
-    return kind, preds[0]
-
-
-@st.composite
-def module(draw):
-    g_kind, g = draw(gate())
-    extra = draw(st.lists(others, max_size=2))
-    cond = " and ".join([g, "fusion_enabled"] + extra)
-    layout = draw(st.sampled_from(["return", "if"]))
-    comment = draw(st.sampled_from(["", "  # keep me"]))
-    if layout == "return":
-        body = f"    return (\n        {cond}{comment}\n    )\n"
+        parts = preds
+    elif kind == "mixed":
+        parts = [draw(st.sampled_from(OTHERS)), preds[-1]]
     else:
-        body = f"    if {cond}:{comment}\n        return True\n    return False\n"
-    return g_kind, HEADER + "\n\ndef gated(batch_size, view, x, fusion_enabled):\n" + body
+        return kind, preds[0], preds[0]
+    one = "(" + " or ".join(parts) + ")"
+    split = "(\n            # which GPUs\n            " + "\n            or ".join(parts) + "  # note\n        )"
+    return kind, one, split
 
 
-def apply(src: str) -> tuple[str, object]:
-    files = {"srt/layers/mod.py": src, "srt/utils.py": UTILS, "srt/runtime_context.py": PLATFORM}
-    res = run_patches(MemoryTree(files, pristine=True), [PATCH], get_arch("sm120"), None)
-    return res.changed.get("srt/layers/mod.py", src), res
+@st.composite
+def statement(draw):
+    """(gate kind, where the marker is, source lines of one statement in the function)."""
+    kind, one, split = draw(gate_expr())
+    marker = draw(st.sampled_from(["code", "code", "comment", "none"]))
+    g = draw(st.sampled_from([one, split]))
+    cond = " and ".join([g] + ([MARKER] if marker == "code" else []) + draw(st.lists(st.sampled_from(OTHERS), max_size=1)))
+    note = f"  # {MARKER} decides" if marker == "comment" else ""
+    layout = draw(st.sampled_from(["return", "if", "assign"]))
+    if layout == "return":
+        code = f"    if ({cond}):{note}\n        return True\n"
+    elif layout == "if":
+        code = f"    if {cond}:{note}\n        hits += 1\n"
+    else:
+        code = f"    ok = {cond}{note}\n    hits += int(bool(ok))\n"
+    return kind, marker, code
 
 
-@settings(max_examples=60, deadline=None)
-@given(module())
-def test_only_gate_expressions_change_and_apply_is_idempotent(case):
-    kind, src = case
-    out, res = apply(src)
-    compile(out, "mod.py", "exec")
-    # removing what the patch adds gives back the original AST: nothing else changed
-    assert astcheck.strip_family(out, "sm120") == astcheck.strip_family(src, "sm120")
-    widened = astcheck.gates_accepting(out, "sm120")
-    if kind == "pure":
-        assert [fn for fn, _ in widened] == ["gated"]
-        assert res.patches[0].status.value == "applied"
-    else:  # mixed and lone gates are never widened
-        assert widened == [] and out == src
-        assert res.patches[0].status.value == "drift"
-    # comments and layout survive: every original line is still there, in order
-    kept = [ln for ln in src.splitlines() if "_supported" not in ln and "is_sm" not in ln]
-    assert all(ln in out.splitlines() for ln in kept)
-    # idempotence: a second run changes nothing and reports already-applied
-    again, res2 = apply(out)
-    assert again == out
-    if kind == "pure":
-        assert res2.patches[0].status.value == "absorbed-upstream"
+@st.composite
+def tree(draw):
+    stmts = draw(st.lists(statement(), min_size=1, max_size=3))
+    helper = draw(st.sampled_from(sorted(HELPERS)))
+    body = "".join(code for _k, _m, code in stmts)
+    func = f"\n\ndef gated(batch_size, view, x, {MARKER}):\n    hits = 0\n{body}    return hits > 0\n"
+    files = {"srt/utils.py": UTILS, "srt/runtime_context.py": PLATFORM}
+    copy = draw(st.sampled_from(["none", "code", "comment"]))
+    extra = ""
+    if copy != "none":  # the gate copied into a function no site names
+        m = f" and {MARKER}" if copy == "code" else f":  # {MARKER}"
+        extra = (f"\n\ndef gated_copy(batch_size, {MARKER}):\n"
+                 f"    if (_is_sm90_supported or _is_sm100_supported){m if copy == 'code' else ''}:"
+                 f"{'' if copy == 'code' else '  # ' + MARKER}\n        return True\n    return False\n")
+    files[SITE_FILE] = HEADER + HELPERS[helper] + func + extra
+    decoy = draw(st.sampled_from(["none", "code", "comment"]))
+    if decoy != "none":  # a function with the site's name outside the site's modules
+        cond = f"(is_sm90_supported() or is_sm100_supported()) and {MARKER}" if decoy == "code" else \
+            "is_sm90_supported() or is_sm100_supported()"
+        note = "" if decoy == "code" else f"  # {MARKER}"
+        files["srt/models/decoy.py"] = (
+            "from sglang.srt.utils import is_sm90_supported, is_sm100_supported\n\n\n"
+            f"def gated({MARKER}):\n    return {cond}{note}\n")
+    return stmts, helper, copy, decoy, files
 
 
-@settings(max_examples=30, deadline=None)
-@given(module())
-def test_new_names_resolve(case):
-    kind, src = case
-    out, _ = apply(src)
-    tree = ast.parse(out)
-    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
-        n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
-    for name in ("_is_sm120_supported", "is_sm120_supported"):
-        if name in used:
-            assert astcheck.module_binds(out, name), name
+def _names_marker(nodes) -> bool:
+    """The test's own reading of "names the marker in code" (ast, no comments)."""
+    for node in nodes:
+        for n in ast.walk(node):
+            if isinstance(n, ast.Name) and n.id == MARKER or isinstance(n, ast.arg) and n.arg == MARKER:
+                return True
+    return False
+
+
+def rejecting_feature_gates(source: str) -> list[tuple[str, int]]:
+    """(function, line) of every pure sm90/sm100 ``or`` chain that rejects sm120 and sits in
+    a statement naming the marker (an ``if`` test with the simple statements of its body, or
+    the statement itself): what a complete patch must leave none of."""
+    out = []
+    for func in ast.walk(ast.parse(source)):
+        if not isinstance(func, ast.FunctionDef):
+            continue
+        for stmt in ast.walk(func):
+            if isinstance(stmt, (ast.If, ast.While)):
+                unit, tests = [stmt.test] + [s for s in stmt.body if not isinstance(s, (ast.If, ast.For, ast.While))], [stmt.test]
+            elif isinstance(stmt, (ast.Return, ast.Assign, ast.Expr)):
+                unit, tests = [stmt], [stmt]
+            else:
+                continue
+            if not _names_marker(unit):
+                continue
+            for t in tests:
+                for node in ast.walk(t):
+                    if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
+                        fams = [astcheck.family(v) for v in node.values]
+                        if all(fams) and "sm120" not in fams and {"sm90", "sm100"} & set(fams):
+                            out.append((func.name, node.lineno))
+    return out
+
+
+def run(files: dict[str, str], **kw):
+    return run_patches(MemoryTree(files, pristine=True), [PATCH], get_arch("sm120"), None, **kw)
+
+
+def verdicts(res):
+    return [(p.status.value, [(s.site, s.status.value) for s in p.sites]) for p in res.patches]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tree())
+def test_apply_is_correct_or_exits_1(case):
+    stmts, helper, copy, decoy, files = case
+    res = run(files)
+    # the drift scan (status only, no texts) reaches the same verdicts
+    assert verdicts(run(files, cache={})) == verdicts(res)
+    if res.drift:
+        return  # exit 1: nothing is written, which is always honest
+    out = {rel: res.changed.get(rel, text) for rel, text in files.items()}
+    # only the site's module may change; every change is a reported one
+    assert set(res.changed) <= {SITE_FILE}
+    assert set(res.changed) == res.patches[0].edited_files
+    for rel, text in out.items():
+        compile(text, rel, "exec")
+        assert astcheck.strip_family(text, "sm120") == astcheck.strip_family(files[rel], "sm120"), rel
+        # no gate of the feature, anywhere in the tree, still rejects the arch
+        assert rejecting_feature_gates(text) == [], (rel, text)
+        assert astcheck.names_resolve(text, out.get, rel), (rel, text)
+    # a second run finds it patched and changes nothing
+    again = run(out)
+    assert not again.drift and not again.changed
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tree())
+def test_a_plain_widenable_site_is_patched(case):
+    """Not vacuous: when the site function names the marker in code, has a pure gate in a
+    statement that names it, and nothing else in the tree is a feature gate, apply succeeds."""
+    stmts, helper, copy, decoy, files = case
+    easy = any(k == "pure" and m == "code" for k, m, _c in stmts)
+    if not easy or copy == "code" or decoy == "code":
+        return
+    res = run(files)
+    assert not res.drift, res.to_json()
+    assert SITE_FILE in res.changed

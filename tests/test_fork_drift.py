@@ -5,6 +5,7 @@ blob memo are observed, not assumed."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 
 import pytest
@@ -173,7 +174,7 @@ def test_drift_bad_input(nightlies_repo, config, tmp_path, capsys, cache_root):
     assert "no SGLang package" in _bad(capsys, config, empty, "--revs", "HEAD")
 
 
-def test_memo_respects_applies_to_boundaries(nightly_clone, config, cache_root):
+def test_memo_respects_applies_to_boundaries(nightly_clone, config, cache_root, tmp_path):
     """The same blobs seen first at a version where a site does not apply yet (a
     pre-release nightly) and then at a release where it does: no stale memo."""
     from forgepatch.fork.blobcache import BlobCache
@@ -184,9 +185,16 @@ def test_memo_respects_applies_to_boundaries(nightly_clone, config, cache_root):
     repo = nightly_clone
     nightly = git(repo, "commit-tree", "v0.5.15^{tree}", "-p", "v0.5.10", "-m", "nightly before 0.5.14")
     matrix = load_matrix(config)
+    # the shipped patch finds its sites by presence; give one site a version bound
+    patches = tmp_path / "patches"
+    shutil.copytree(SHIPPED_PATCHES, patches)
+    toml = patches / "sm120-flashinfer-allreduce-fusion.toml"
+    toml.write_text(toml.read_text().replace(
+        'markers = ["FlashInfer allreduce fusion"]\n',
+        'markers = ["FlashInfer allreduce fusion"]\napplies_to = ">=0.5.14"\n', 1))
     with BlobCache() as cache:
-        report = scan(repo, "sm120", matrix, SHIPPED_PATCHES, [nightly, "v0.5.15"], cache=cache)
-    fresh = scan(repo, "sm120", matrix, SHIPPED_PATCHES, ["v0.5.15"], cache=None)
+        report = scan(repo, "sm120", matrix, patches, [nightly, "v0.5.15"], cache=cache)
+    fresh = scan(repo, "sm120", matrix, patches, ["v0.5.15"], cache=None)
     backend = lambda rev: {s["site"]: s["status"] for s in rev["patches"][0]["sites"]}["backend-check"]  # noqa: E731
     doc = report.to_json()
     assert doc["revs"][0]["version"] == "0.5.11.dev1" and backend(doc["revs"][0]) == "not-applicable"

@@ -9,39 +9,98 @@ import typer
 
 from forgepatch.cli._state import STATE, console, print_json
 
-_STYLE = {"applied": "green", "already-applied": "cyan", "absorbed-upstream": "blue",
-          "not-applicable": "dim", "drift": "bold red"}
+_STYLE = {"applied": "green", "already-applied": "cyan", "absorbed-upstream": "blue", "ignored": "yellow",
+          "not-applicable": "dim", "incomplete": "bold red", "drift": "bold red"}
+# When nothing is written (--check, --diff, or a failed run) no edit "was applied": say what
+# the run would do instead. The word "applied" appears only when files were written.
+_UNWRITTEN = {"applied": "would apply", "already-applied": "already patched"}
+_WOULD = (("added ", "would add "), ("inserted ", "would insert "), ("defined ", "would define "),
+          ("imported ", "would import "))
 
 
-def _render(run) -> None:
-    """One block per patch, one line per site: status, where, what changed."""
+def _label(status: str, written: bool) -> str:
+    return status if written else _UNWRITTEN.get(status, status)
+
+
+def _detail(detail: str, written: bool) -> str:
+    if written:
+        return detail
+    for done, would in _WOULD:
+        if detail.startswith(done):
+            return would + detail[len(done):]
+    return detail
+
+
+def _render(run, stderr: bool = False) -> None:
+    """One block per patch, one line per place a site touched or judged."""
     from rich.markup import escape
 
     res = run.result
-    con = console()
+    written = run.written is not None
+    con = console(stderr=stderr)
     con.print(f"[bold]forgepatch apply --arch {res.arch}[/]  source {escape(run.source.label)}  "
               f"version {res.version}  patchset {res.patchset_hash}")
     for p in res.patches:
-        con.print(f"[bold]{p.patch_id}[/]  [{_STYLE.get(p.status.value, '')}]{p.status.value}[/]")
+        con.print(f"[bold]{p.patch_id}[/]  [{_STYLE.get(p.status.value, '')}]{_label(p.status.value, written)}[/]")
         for s in p.sites:
-            where = f"{s.file}:{s.line}" if s.file else ""
-            if s.symbol:
-                where += f" {s.symbol}"
-            con.print(f"  {s.site:<22} [{_STYLE.get(s.status.value, '')}]{s.status.value:<17}[/] "
-                      f"{escape(where)}  [dim]{escape(s.detail)}[/]", soft_wrap=True)
+            rows = s.locations or [None]
+            for i, loc in enumerate(rows):
+                status = (loc.status if loc else s.status).value
+                if loc is None:
+                    where, detail = "", s.detail
+                else:
+                    where = f"{loc.file}:{loc.line}" if loc.line else f"{loc.file}"
+                    where += f" {loc.symbol}" if loc.symbol and loc.symbol != "<module>" else " (module level)"
+                    detail = (f"`{loc.gate}` " if loc.gate else "") + loc.detail
+                name = s.site if i == 0 else ""
+                con.print(f"  {name:<22} [{_STYLE.get(status, '')}]{_label(status, written):<17}[/] "
+                          f"{escape(where)}  [dim]{escape(_detail(detail, written))}[/]", soft_wrap=True)
             for c in s.candidates:
                 con.print(f"      candidate: {escape(c)}", soft_wrap=True)
+    con.print(escape(_self_check_line(res)), soft_wrap=True)
     if run.written:
         con.print(f"wrote {run.written} ({len(res.changed)} file(s) changed)")
 
 
-def _drift_message(res) -> str:
+def _self_check_line(res) -> str:
+    """What the series' own check found, in one line."""
+    if not res.verified:
+        return "self-check: not run"
+    from forgepatch.patching.model import SELF_CHECK_SITE, Status
+
+    found = [loc for p in res.patches for s in p.sites if s.site == SELF_CHECK_SITE for loc in s.locations]
+    bad = [loc for loc in found if loc.status is Status.INCOMPLETE]
+    ignored = [loc for loc in found if loc.status is Status.IGNORED]
+    if bad:
+        return f"self-check: INCOMPLETE, {len(bad)} finding(s) above; nothing written"
+    edits = sum(1 for p in res.patches for s in p.sites if s.site != SELF_CHECK_SITE
+                for loc in s.locations if loc.status is Status.APPLIED)
+    text = (f"self-check: {edits} edit(s) in {len(res.changed)} file(s), each one reported; " if edits
+            else "self-check: no edit needed; ") + f"no gate of the feature still rejects {res.arch}"
+    if ignored:
+        text += f" ({len(ignored)} left as declared exceptions, see above)"
+    return text
+
+
+def _failure_message(res) -> str:
+    """One line: every drifted site (with candidates) and every incomplete gate."""
+    from forgepatch.patching.model import INCOMPLETE_HINT, Status
+
     parts = []
     for p in res.patches:
         for s in p.sites:
-            if s.status.value == "drift":
+            if s.status is Status.DRIFT and not any(loc.status is Status.DRIFT for loc in s.locations):
                 cands = "; ".join(s.candidates) or "none found"
                 parts.append(f"patch {p.patch_id}: site {s.site} not found ({s.detail}); candidates: {cands}")
+            for loc in s.locations:
+                if loc.status is Status.DRIFT:
+                    parts.append(f"patch {p.patch_id}: site {s.site} drifted: {loc}")
+                elif loc.status is Status.INCOMPLETE:
+                    gate = f"`{loc.gate}` " if loc.gate else ""
+                    detail = loc.detail.replace(f"; {INCOMPLETE_HINT}", "")
+                    parts.append(f"patch {p.patch_id} incomplete: {loc.file}:{loc.line}: {loc.symbol}: {gate}{detail}")
+    if res.incomplete:
+        parts.append(INCOMPLETE_HINT)
     return " | ".join(parts)
 
 
@@ -56,10 +115,10 @@ def register(app: typer.Typer) -> None:
         out: Optional[Path] = typer.Option(None, "--out", help="Write the patched package as DIR/sglang/..."),
         in_place: bool = typer.Option(False, "--in-place", help="Patch a local directory source in place."),
         check: bool = typer.Option(False, "--check", help="Exit 0 iff already in the patched state; write nothing."),
-        diff: bool = typer.Option(False, "--diff", help="Print a unified diff of the changes."),
+        diff: bool = typer.Option(False, "--diff", help="Print a unified diff of the changes (per-site status on stderr)."),
         as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON document."),
     ) -> None:
-        """Apply the arch's patch series to an SGLang source."""
+        """Apply the arch's patch series to an SGLang source; it checks itself before writing."""
         from forgepatch.errors import BadInput, Failure
         from forgepatch.patching.service import apply_arch
 
@@ -74,11 +133,15 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_json(run.to_json())
         elif diff:
+            _render(run, stderr=True)
             typer.echo(run.diff, nl=False)
         else:
             _render(run)
+            if check and not run.result.drift:
+                n = len(run.result.changed)
+                console().print(f"would change {n} file(s)" if n else "already patched")
         if run.result.drift:
-            raise Failure(_drift_message(run.result) + " (nothing written)")
+            raise Failure(_failure_message(run.result) + " (nothing written)")
         if check and not run.result.in_patched_state:
             raise typer.Exit(1)
 
@@ -89,20 +152,34 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print findings as JSON."),
     ) -> None:
         """After patching (in memory), list gates of the same feature that still reject the arch."""
+        from rich.markup import escape
+
         from forgepatch.errors import Failure
+        from forgepatch.patching.model import Status
         from forgepatch.patching.service import lint_arch
 
-        result, src, findings = lint_arch(arch, source, STATE.matrix(), STATE.patches())
+        result, src, found = lint_arch(arch, source, STATE.matrix(), STATE.patches())
+        findings = [(pid, loc) for pid, loc in found if loc.status is Status.INCOMPLETE]
+        ignored = [(pid, loc) for pid, loc in found if loc.status is Status.IGNORED]
+
+        def doc(pid, loc):
+            reason, _, rest = loc.detail.partition("; ")
+            return {"patch": pid, "file": loc.file, "line": loc.line, "function": loc.symbol, "gate": loc.gate,
+                    "reason": reason, **({"ignored": rest.removeprefix("ignored: ")} if loc.status is Status.IGNORED else {})}
+
         if as_json:
             print_json({"arch": arch, "source": src.label, "version": result.version,
-                        "findings": [f.to_json() for f in findings]})
+                        "findings": [doc(*f) for f in findings], "ignored": [doc(*f) for f in ignored]})
         else:
             con = console()
-            for f in findings:
-                con.print(f"[red]{f}[/]")
-            con.print(f"{len(findings)} gate(s) still reject {arch} ({src.label})")
-        if result.drift:
-            raise Failure(_drift_message(result))
+            for _pid, loc in findings:
+                con.print(f"[red]{escape(str(loc))}[/]", soft_wrap=True)
+            for pid, loc in ignored:
+                con.print(f"[yellow]ignored by {pid}:[/] {escape(str(loc))}", soft_wrap=True)
+            con.print(f"{len(findings)} gate(s) still reject {arch} ({src.label})"
+                      + (f"; {len(ignored)} declared exception(s)" if ignored else ""))
+        if any(p.status is Status.DRIFT for p in result.patches):
+            raise Failure(_failure_message(result))
         if findings:
             raise typer.Exit(1)
 

@@ -25,6 +25,8 @@ SHORT = {
     "already-applied": "already",
     "absorbed-upstream": "absorbed",
     "not-applicable": "n/a",
+    "ignored": "ignored",
+    "incomplete": "INCOMPLETE",
     "drift": "DRIFT",
 }
 
@@ -73,7 +75,9 @@ class DriftReport:
 
     @property
     def drift(self) -> bool:
-        return any(r.status(p) == "drift" for r in self.revs for p in self.patch_ids)
+        from forgepatch.patching.model import FAILED  # drift or incomplete (a gate left rejecting)
+
+        return any(r.status(p) in FAILED for r in self.revs for p in self.patch_ids)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -183,7 +187,9 @@ class _Engine:
         self.patchset = self.series.hash
 
     def run(self, tree, version, cache):
-        return self._run(self.series, tree, version, cache=cache)
+        # status only, memo or not: a scan needs verdicts, never texts (and its report is
+        # then the same with --no-cache as with the memo)
+        return self._run(self.series, tree, version, cache=cache if cache is not None else {})
 
 
 def _memo_get(cache, key: str | None):
@@ -212,7 +218,7 @@ def health_over_time(report: DriftReport) -> list[PatchHealth]:
                 if p["patch"] == pid:
                     summary = summary or p.get("summary", "")
             status = rev.status(pid)
-            if status == "drift" and first_drift is None:
+            if status in ("drift", "incomplete") and first_drift is None:
                 first_drift = rev.label
             if status == "absorbed-upstream" and first_absorbed is None:
                 first_absorbed = rev.label
@@ -230,6 +236,8 @@ def _candidates(report: DriftReport) -> list[str]:
                 if site.get("status") == "drift":
                     cands = ", ".join(site.get("candidates") or []) or "none"
                     lines.append(f"{rev.label}: {p['patch']} site {site.get('site')}: {site.get('detail') or 'not found'}; candidates: {cands}")
+                elif site.get("status") == "incomplete":
+                    lines.append(f"{rev.label}: {p['patch']} incomplete: {site.get('detail')}")
     return lines
 
 
@@ -248,7 +256,7 @@ def render_markdown(report: DriftReport) -> str:
         out.append(f"| `{rev.label}` | {rev.version or '?'} | " + " | ".join(cells) + " |")
     out += ["", "| patch | first drift | first absorbed | advice |", "|---|---|---|---|"]
     for h in report.health:
-        advice = "retire this patch (upstream absorbed it)" if h.retire else ("fix the patch" if h.last_status == "drift" else "keep")
+        advice = "retire this patch (upstream absorbed it)" if h.retire else ("fix the patch" if h.last_status in ("drift", "incomplete") else "keep")
         out.append(f"| `{h.patch}` | {h.first_drift or '-'} | {h.first_absorbed or '-'} | {advice} |")
     cands = _candidates(report)
     if cands:
@@ -261,7 +269,7 @@ def render_markdown(report: DriftReport) -> str:
 def render_table(report: DriftReport, console) -> None:
     from rich.table import Table
 
-    styles = {"drift": "bold red", "applied": "green", "already-applied": "cyan",
+    styles = {"drift": "bold red", "incomplete": "bold red", "applied": "green", "already-applied": "cyan",
               "absorbed-upstream": "yellow", "not-applicable": "dim"}
     table = Table(title=f"patch health for {report.arch}", title_justify="left")
     table.add_column("rev")
@@ -279,7 +287,7 @@ def render_table(report: DriftReport, console) -> None:
     for col in ("patch", "first drift", "first absorbed", "advice"):
         health.add_column(col)
     for h in report.health:
-        advice = "[yellow]retire this patch[/]" if h.retire else ("[red]fix the patch[/]" if h.last_status == "drift" else "keep")
+        advice = "[yellow]retire this patch[/]" if h.retire else ("[red]fix the patch[/]" if h.last_status in ("drift", "incomplete") else "keep")
         health.add_row(h.patch, h.first_drift or "-", h.first_absorbed or "-", advice)
     console.print(health)
     for line in _candidates(report):

@@ -33,7 +33,8 @@ def function_blocks(data: bytes, names: Iterable[str]) -> list[bytes]:
 
 def is_candidate(data: bytes, site: Site) -> bool:
     """Can this file hold the site? One of its functions is defined here and, if the site
-    has markers, one of them appears inside such a function."""
+    has markers, one of them appears inside such a function (bytes only: the engine then
+    asks for a marker among the function's code tokens)."""
     if not any(f"def {fn}(".encode() in data for fn in site.functions):
         return False
     if not site.markers:
@@ -46,10 +47,9 @@ def hinted(rel: str, site: Site) -> bool:
     return any(fnmatch.fnmatch(rel, pat) for pat in site.modules)
 
 
-def order_by_hint(paths: Iterable[str], site: Site) -> list[str]:
-    """Hinted modules first: module globs are hints, not restrictions."""
-    paths = list(paths)
-    return [p for p in paths if hinted(p, site)] + [p for p in paths if not hinted(p, site)]
+def in_site_modules(rel: str, site: Site) -> bool:
+    """May ``rel`` hold the site? A site's modules bind, unless it says ``anywhere``."""
+    return not site.modules or site.anywhere or hinted(rel, site)
 
 
 _DEF = re.compile(rb"^([ \t]*)(?:async[ \t]+)?def[ \t]+(\w+)", re.M)

@@ -6,6 +6,13 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, Protocol
 
+# The pseudo-site that carries the self-check's findings in a patch's result: feature gates
+# that still reject the arch after patching (incomplete), the patch's declared exceptions
+# (ignored), and any edit that was made but not reported, or reported but not made.
+SELF_CHECK_SITE = "self-check"
+# What to do about an incomplete gate (printed with every one).
+INCOMPLETE_HINT = "add a site for it to the patch, or mark it `ignore` with a reason"
+
 
 class Status(str, Enum):
     """Health of a site or patch. Aggregation order = severity (worst wins)."""
@@ -13,16 +20,50 @@ class Status(str, Enum):
     APPLIED = "applied"  # the codemod changed the tree
     ALREADY = "already-applied"  # the tree is already in the patched state
     ABSORBED = "absorbed-upstream"  # the unpatched upstream already accepts the arch
-    NOT_APPLICABLE = "not-applicable"  # applies_to excludes the version, or optional site absent
-    DRIFT = "drift"  # a required site was not found
+    IGNORED = "ignored"  # a gate the patch declares as an intentional exception (with a reason)
+    NOT_APPLICABLE = "not-applicable"  # a semantic applies_to excludes the version, or an optional site is absent
+    INCOMPLETE = "incomplete"  # patched, but a gate of the feature still rejects the arch
+    DRIFT = "drift"  # a required site was not found (or is ambiguous)
 
     @classmethod
     def worst(cls, statuses: list["Status"]) -> "Status":
-        order = [cls.DRIFT, cls.APPLIED, cls.ALREADY, cls.ABSORBED, cls.NOT_APPLICABLE]
+        order = [cls.DRIFT, cls.INCOMPLETE, cls.APPLIED, cls.ALREADY, cls.ABSORBED, cls.IGNORED,
+                 cls.NOT_APPLICABLE]
         for s in order:
             if s in statuses:
                 return s
         return cls.NOT_APPLICABLE
+
+    @property
+    def failed(self) -> bool:
+        """Exit 1, nothing written."""
+        return self.value in FAILED
+
+
+# Status values that fail a run (exit 1, nothing written, no branch moved, no image built).
+FAILED = ("drift", "incomplete")
+
+
+@dataclass
+class Location:
+    """One place a site touched or judged: every edit is one of these, and so is every
+    feature gate the self-check found still rejecting the arch."""
+
+    status: Status
+    file: str | None  # package-relative path
+    line: int | None  # upstream line (the tree as given, before the series)
+    symbol: str | None  # qualified function/method ("<module>" for module-level additions)
+    detail: str = ""
+    gate: str | None = None  # the gate's code, for the self-check's findings
+
+    def to_json(self) -> dict[str, Any]:
+        doc = asdict(self)
+        doc["status"] = self.status.value
+        return doc
+
+    def __str__(self) -> str:
+        gate = f"`{self.gate}` " if self.gate else ""
+        return f"{self.file}:{self.line}: {self.symbol}: {gate}{self.detail}"
 
 
 @dataclass
@@ -34,10 +75,12 @@ class SiteResult:
     symbol: str | None = None  # qualified function/method that holds the gate
     detail: str = ""
     candidates: list[str] = field(default_factory=list)  # "module.func (file:line)"
+    locations: list[Location] = field(default_factory=list)  # every place, in tree order
 
     def to_json(self) -> dict[str, Any]:
         doc = asdict(self)
         doc["status"] = self.status.value
+        doc["locations"] = [loc.to_json() for loc in self.locations]
         return doc
 
 
@@ -48,6 +91,12 @@ class PatchResult:
     status: Status
     sites: list[SiteResult] = field(default_factory=list)
     changes: dict[str, str] = field(default_factory=dict)  # rel path -> new text (this patch's step)
+
+    @property
+    def edited_files(self) -> set[str]:
+        """Files where this patch reports an edit (status applied)."""
+        return {loc.file for s in self.sites for loc in s.locations
+                if loc.status is Status.APPLIED and loc.file}
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -66,6 +115,7 @@ class ApplyResult:
     patches: list[PatchResult] = field(default_factory=list)
     originals: dict[str, str] = field(default_factory=dict)  # rel path -> text before the series
     patchset_hash: str = ""
+    verified: bool = False  # the self-check ran (gate coverage + changed == reported)
 
     @property
     def changed(self) -> dict[str, str]:
@@ -77,19 +127,34 @@ class ApplyResult:
 
     @property
     def drift(self) -> bool:
-        return any(p.status is Status.DRIFT for p in self.patches)
+        """The series does not hold on this tree: a required site is missing or ambiguous
+        (drift), or a gate of the feature still rejects the arch after patching (incomplete).
+        Either way: exit 1, nothing written, no branch moved, no image built."""
+        return any(p.status.failed for p in self.patches)
+
+    @property
+    def incomplete(self) -> bool:
+        return any(p.status is Status.INCOMPLETE for p in self.patches)
 
     @property
     def in_patched_state(self) -> bool:
-        """True when nothing would change and nothing drifted (what ``--check`` asks)."""
+        """True when nothing would change and nothing failed (what ``--check`` asks)."""
         return not self.drift and not self.changed
+
+    @property
+    def status(self) -> str:
+        worst = Status.worst([p.status for p in self.patches])
+        if worst.failed:
+            return worst.value
+        return "changed" if self.changed else "unchanged"
 
     def to_json(self) -> dict[str, Any]:
         return {
             "arch": self.arch,
             "version": self.version,
             "patchset": self.patchset_hash,
-            "status": "drift" if self.drift else ("changed" if self.changed else "unchanged"),
+            "status": self.status,
+            "verified": self.verified,
             "patches": [p.to_json() for p in self.patches],
             "changed_files": sorted(self.changed),
         }

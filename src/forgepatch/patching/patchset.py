@@ -1,7 +1,10 @@
 """Loading patch files: declarative ``<id>.toml`` arch gates or ``<id>.py`` custom codemods.
 
-A patch declares id, summary, arches, an optional ``applies_to`` (PEP 440 specifier over
-the upstream version), its sites (located by symbol + marker) and Fixit-style examples.
+A patch declares id, summary, arches, its sites (located by symbol + marker, in the modules
+they name), the gates it knowingly leaves alone (``ignore``, each with a reason) and
+Fixit-style examples. Whether a site exists is decided by the tree (``required = false``
+for a site some releases lack); ``applies_to`` (PEP 440 specifier over the upstream
+version) is for semantic reasons only and says why in ``applies_to_reason``.
 """
 
 from __future__ import annotations
@@ -23,11 +26,33 @@ class Site:
 
     name: str
     functions: tuple[str, ...]  # function/method names, alternatives for renames
-    modules: tuple[str, ...] = ()  # package-relative glob hints, searched first
-    markers: tuple[str, ...] = ()  # one must appear in the gated condition or its block
-    required: bool = True
+    modules: tuple[str, ...] = ()  # package-relative globs: the site lives in one of these
+    markers: tuple[str, ...] = ()  # code tokens (names, non-doc strings) one of which the site names
+    required: bool = True  # absent -> drift; False: absent -> not-applicable
     applies_to: str | None = None  # PEP 440 specifier; None = whenever the patch applies
+    applies_to_reason: str = ""  # why the version matters (reported with not-applicable)
     lone: bool = False  # arch-gate only: also widen a lone sm90/sm100 predicate
+    anywhere: bool = False  # True: ``modules`` only order the search; any file may hold the site
+    gates: str = "all"  # arch-gate: "all" gates of the feature in a site function, or exactly "one"
+
+
+@dataclass(frozen=True)
+class Ignore:
+    """A gate the patch knowingly leaves rejecting the arch (reported as ``ignored``)."""
+
+    function: str  # qualified ("Class.method") or bare function name
+    reason: str
+    module: str | None = None  # package-relative glob
+    gate: str | None = None  # a substring of the gate's code, when the function has several
+
+    def matches(self, file: str, symbol: str, gate: str) -> bool:
+        import fnmatch
+
+        if self.module and not fnmatch.fnmatch(file, self.module):
+            return False
+        if symbol != self.function and not symbol.endswith("." + self.function):
+            return False
+        return self.gate is None or " ".join(self.gate.split()) in " ".join(gate.split())
 
 
 @dataclass(frozen=True)
@@ -51,9 +76,16 @@ class Patch:
     sites: tuple[Site, ...]
     codemod: Any  # a SiteCodemod class (see codemods/base.py)
     applies_to: str | None = None
+    applies_to_reason: str = ""
+    ignore: tuple[Ignore, ...] = ()
     examples: tuple[Example, ...] = ()
     path: Path | None = None
     hash: str = ""
+
+    @property
+    def covers_gates(self) -> bool:
+        """Does the self-check look for this patch's feature gates left rejecting the arch?"""
+        return bool(getattr(self.codemod, "covers_gates", False))
 
     def applies(self, version: str | None) -> bool:
         return _version_in(version, self.applies_to)
@@ -83,8 +115,12 @@ def patchset_hash(patches: list[Patch]) -> str:
 
 
 # -- parsing --------------------------------------------------------------------------------
-_SITE_KEYS = {"name", "functions", "modules", "markers", "required", "applies_to", "lone"}
+_SITE_KEYS = {"name", "functions", "modules", "markers", "required", "applies_to", "applies_to_reason",
+              "lone", "anywhere", "gates"}
+_IGNORE_KEYS = {"function", "module", "gate", "reason"}
 _EXAMPLE_KEYS = {"before", "after", "arch", "path", "context", "upstream", "name"}
+_PATCH_KEYS = {"id", "summary", "arches", "sites", "applies_to", "applies_to_reason", "ignore", "examples",
+               "codemod"}
 
 
 def _check_spec(spec: Any, where: str) -> str | None:
@@ -107,12 +143,22 @@ def _str_list(value: Any, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _str(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{where}: expected a string")
+    return value
+
+
+def _opt_str(value: Any, where: str) -> str | None:
+    return None if value is None else _str(value, where)
+
+
 def build_patch(data: dict[str, Any], codemod: Any, path: Path | None = None) -> Patch:
     """Validate a patch declaration (from TOML or a ``PATCH`` dict). Raises ValueError('key: msg')."""
     for key in ("id", "summary", "arches", "sites"):
         if key not in data:
             raise ValueError(f"{key}: missing")
-    unknown = set(data) - {"id", "summary", "arches", "sites", "applies_to", "examples", "codemod"}
+    unknown = set(data) - _PATCH_KEYS
     if unknown:
         raise ValueError(f"{sorted(unknown)[0]}: unknown key")
     pid = data["id"]
@@ -133,6 +179,10 @@ def build_patch(data: dict[str, Any], codemod: Any, path: Path | None = None) ->
             raise ValueError(f"{where}.{sorted(set(s) - _SITE_KEYS)[0]}: unknown key")
         if "name" not in s or "functions" not in s:
             raise ValueError(f"{where}: needs 'name' and 'functions'")
+        if s.get("gates", "all") not in ("all", "one"):
+            raise ValueError(f"{where}.gates: must be \"all\" or \"one\"")
+        if s.get("anywhere") and not s.get("modules"):
+            raise ValueError(f"{where}.anywhere: needs 'modules' (the search order)")
         sites.append(Site(
             name=str(s["name"]),
             functions=_str_list(s["functions"], f"{where}.functions"),
@@ -140,8 +190,27 @@ def build_patch(data: dict[str, Any], codemod: Any, path: Path | None = None) ->
             markers=_str_list(s.get("markers", []), f"{where}.markers") if s.get("markers") else (),
             required=bool(s.get("required", True)),
             applies_to=_check_spec(s.get("applies_to"), f"{where}.applies_to"),
+            applies_to_reason=_str(s.get("applies_to_reason", ""), f"{where}.applies_to_reason"),
             lone=bool(s.get("lone", False)),
+            anywhere=bool(s.get("anywhere", False)),
+            gates=s.get("gates", "all"),
         ))
+    if len({s.name for s in sites}) != len(sites):
+        raise ValueError("sites: two sites share a name")
+    ignore = []
+    for i, g in enumerate(data.get("ignore", [])):
+        where = f"ignore[{i}]"
+        if not isinstance(g, dict):
+            raise ValueError(f"{where}: expected a table")
+        if set(g) - _IGNORE_KEYS:
+            raise ValueError(f"{where}.{sorted(set(g) - _IGNORE_KEYS)[0]}: unknown key")
+        if not isinstance(g.get("function"), str) or not g["function"]:
+            raise ValueError(f"{where}.function: needed (the function holding the gate)")
+        reason = g.get("reason")
+        if not isinstance(reason, str) or not reason.strip():
+            raise ValueError(f"{where}.reason: needed (why the gate may keep rejecting the arch)")
+        ignore.append(Ignore(g["function"], reason.strip(), _opt_str(g.get("module"), f"{where}.module"),
+                             _opt_str(g.get("gate"), f"{where}.gate")))
     if not sites:
         raise ValueError("sites: a patch needs at least one site")
     examples = []
@@ -161,8 +230,9 @@ def build_patch(data: dict[str, Any], codemod: Any, path: Path | None = None) ->
         ))
     return Patch(
         id=pid, summary=str(data["summary"]), arches=arches, sites=tuple(sites), codemod=codemod,
-        applies_to=_check_spec(data.get("applies_to"), "applies_to"), examples=tuple(examples),
-        path=path,
+        applies_to=_check_spec(data.get("applies_to"), "applies_to"),
+        applies_to_reason=_str(data.get("applies_to_reason", ""), "applies_to_reason"),
+        ignore=tuple(ignore), examples=tuple(examples), path=path,
     )
 
 

@@ -34,7 +34,8 @@ def predicate(node: cst.BaseExpression) -> Predicate | None:
     if isinstance(node, cst.Call):
         func = node.func
         name = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else None
-        if name and name.startswith("is_") and name.endswith("_supported") and (m := _FAMILY.match(name)):
+        # ``is_sm100_supported()``, and ``_is_sm120_supported()`` (a file's own helper function)
+        if name and name.lstrip("_").startswith("is_") and name.endswith("_supported") and (m := _FAMILY.match(name)):
             return Predicate(node, m.group(1), "call", name)
         return None
     if isinstance(node, cst.Attribute):

@@ -40,7 +40,11 @@ def run_series(series: Series, tree: Tree, version: str | None, *,
                cache: MutableMapping[str, Any] | None = None, pristine: bool | None = None) -> ApplyResult:
     """Run ``series`` on ``tree`` (upstream ``version``) in memory; nothing is written.
 
-    With ``cache`` (drift scans over git blobs) only statuses are computed."""
+    The result has checked itself (``patching.verify``): a gate of a patch's feature left
+    rejecting the arch, or an edit made but not reported (or reported but not made), makes
+    the patch ``incomplete`` and ``result.drift`` true, so no stage writes, commits, builds or
+    releases it. With ``cache`` (drift scans over git blobs) only statuses are computed, and
+    the same check holds."""
     from forgepatch.patching.engine import run_patches
 
     return run_patches(tree, list(series.patches), series.arch, version, cache=cache, pristine=pristine)

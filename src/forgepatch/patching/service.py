@@ -60,21 +60,18 @@ def apply_arch(arch: str, source: str | None, out: Path | None, matrix, patches_
 
 
 def lint_arch(arch: str, source: str | None, matrix, patches_dir: Path):
-    """Patch in memory, then list the feature's gates that still reject the arch."""
-    from forgepatch.patching.lint import lint_tree
+    """Patch in memory; the series' self-check lists the feature's gates that still reject
+    the arch (incomplete) and the ones a patch knowingly leaves (ignored)."""
+    result, src, _tree, _patches = run_arch(arch, source, matrix, patches_dir)
+    return result, src, self_check_locations(result)
 
-    result, src, tree, patches = run_arch(arch, source, matrix, patches_dir)
-    changed = result.changed
 
-    def read_text(rel: str) -> str | None:
-        if rel in changed:
-            return changed[rel]
-        try:
-            return tree.read(rel).decode("utf-8", "replace")
-        except OSError:
-            return None
+def self_check_locations(result: ApplyResult):
+    """(patch id, location) for every finding of the series' self-check, in series order."""
+    from forgepatch.patching.model import SELF_CHECK_SITE
 
-    return result, src, lint_tree(read_text, tree.paths(), patches, get_arch(arch))
+    return [(p.patch_id, loc) for p in result.patches for s in p.sites if s.site == SELF_CHECK_SITE
+            for loc in s.locations]
 
 
 def run_examples(patches) -> list[tuple[str, str, str | None]]:

@@ -55,3 +55,22 @@ class MemoryTree:
 
     def display(self, rel: str) -> str:
         return rel
+
+
+class OverlayTree:
+    """A tree with some files replaced (a series' result over its source, in memory)."""
+
+    def __init__(self, base, changes: dict[str, str], pristine: bool = False) -> None:
+        self.base, self.changes, self.pristine = base, dict(changes), pristine
+
+    def paths(self) -> list[str]:
+        return sorted(set(self.base.paths()) | set(self.changes))
+
+    def read(self, rel: str) -> bytes:
+        return self.changes[rel].encode("utf-8") if rel in self.changes else self.base.read(rel)
+
+    def key(self, rel: str) -> str | None:
+        return None
+
+    def display(self, rel: str) -> str:
+        return rel

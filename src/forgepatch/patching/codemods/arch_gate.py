@@ -5,8 +5,10 @@
 ``get_platform().is_smXX`` idioms likewise. The new name is then made resolvable: a module
 constant mirroring its sibling, an import from the module the sibling comes from when that
 module provides the name in THIS tree, or else a local helper built from the arch registry.
-Mixed disjunctions (``nnodes == 1 or is_sm100_supported()``) and lone sm100-only predicates
-are never widened.
+A name the file already binds is used as what it is: a ``def`` is called, a flag is not.
+Every gate of the feature in a site function is widened in one pass (or, for a site with
+``gates = "one"``, more than one is ambiguous drift). Mixed disjunctions
+(``nnodes == 1 or is_sm100_supported()``) and lone sm100-only predicates are never widened.
 """
 
 from __future__ import annotations
@@ -16,34 +18,59 @@ import re
 import libcst as cst
 
 from forgepatch.arch import ARCHES
-from forgepatch.patching.codemods.base import FileContext, SiteCodemod, first_non_import_index, insert_definition
+from forgepatch.patching.codemods.base import (
+    FileContext, SiteCodemod, first_non_import_index, insert_definition, node_names_any,
+)
+from forgepatch.patching.astview import SIBLINGS
 from forgepatch.patching.model import Status
-from forgepatch.patching.predicates import Gate, Predicate, find_gates, predicate, rename_family
-from forgepatch.patching.resolve import absolute_module, find_definition
-
-SIBLINGS = ("sm100", "sm90")  # families whose gates a new arch is added next to, preferred first
+from forgepatch.patching.predicates import Gate, Predicate, find_gates, or_operands, predicate, rename_family
+from forgepatch.patching.resolve import absolute_module, binding, find_definition, imported_kind
 
 
-def marker_in(text: str, marker: str) -> bool:
-    if re.fullmatch(r"\w+", marker):
-        return re.search(rf"(?<!\w){re.escape(marker)}(?!\w)", text) is not None
-    return marker in text
 
-
-def gated_unit_text(node: cst.CSTNode, ctx: FileContext) -> str:
+def gated_unit(node: cst.CSTNode, ctx: FileContext) -> list[cst.CSTNode]:
     """The code a gate guards: an ``if`` test plus the simple statements of its body, or the
     whole simple statement (``return``/assignment) the gate sits in."""
     child, cur = node, ctx.parents.get(node)
     while cur is not None:
         if isinstance(cur, (cst.If, cst.While)) and child is cur.test:
-            body = [s for s in cur.body.body if isinstance(s, cst.SimpleStatementLine)]
-            return ctx.code(cur.test) + "\n" + "\n".join(ctx.code(s) for s in body)
+            return [cur.test] + [s for s in cur.body.body if isinstance(s, cst.SimpleStatementLine)]
         if isinstance(cur, cst.SimpleStatementLine):
-            return ctx.code(cur)
-        if isinstance(cur, (cst.FunctionDef, cst.ClassDef)):
+            return [cur]
+        if isinstance(cur, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
             break
         child, cur = cur, ctx.parents.get(cur)
-    return ctx.code(node)
+    return [node]
+
+
+def gate_line(gate: Gate, ctx: FileContext) -> int | None:
+    """The line a gate is reported at: its first operand's (what ``ast`` calls the gate's
+    line, so the self-check and the codemod name the same line)."""
+    return ctx.line(or_operands(gate.node)[0])
+
+
+class _Replace(cst.CSTTransformer):
+    """Swap many original nodes at once, rebuilding only the nodes on the way down to them
+    (``deep_replace`` rebuilds the whole function, so a second replacement on its result
+    would match nothing, and a 1,000-line function costs a tenth of a second per gate)."""
+
+    def __init__(self, mapping: dict, parents: dict) -> None:
+        self.mapping, self.done, self.path = mapping, set(), set()
+        for node in mapping:
+            up = parents.get(node)
+            while up is not None and up not in self.path:
+                self.path.add(up)
+                up = parents.get(up)
+
+    def on_visit(self, node) -> bool:
+        return node in self.path
+
+    def on_leave(self, original_node, updated_node):
+        new = self.mapping.get(original_node)
+        if new is not None:
+            self.done.add(original_node)
+            return new
+        return updated_node
 
 
 def top_imports(module: cst.Module) -> list[tuple[cst.SimpleStatementLine, cst.ImportFrom]]:
@@ -100,29 +127,43 @@ def local_helper(name: str, family: str) -> str:
 class ArchGateCodemod(SiteCodemod):
     """Declarative patches (``codemod = "arch-gate"``) use this codemod."""
 
+    covers_gates = True  # the self-check looks for this feature's gates left rejecting the arch
+
     # -- per function -------------------------------------------------------------------
     def edit_function(self, func, site, symbol, ctx):
         target = ctx.arch.gate_family
-        edited, hits = func, 0
         ctx.parents[func.body] = func
-        for gate in find_gates(func.body, ctx.parents):
-            if not self._eligible(gate, site, target):
-                continue
-            if site.markers and not any(marker_in(gated_unit_text(gate.node, ctx), m) for m in site.markers):
-                continue
-            hits += 1
+        chosen = [gate for gate in find_gates(func.body, ctx.parents)
+                  if self._eligible(gate, site, target)
+                  and (not site.markers or node_names_any(gated_unit(gate.node, ctx), site.markers))]
+        if not chosen:
+            return None
+        if site.gates == "one" and len(chosen) > 1:
+            lines = ", ".join(str(gate_line(g, ctx)) for g in chosen)
+            ctx.report(site.name, Status.DRIFT, func, symbol,
+                       f'ambiguous: {len(chosen)} gates of the feature (lines {lines}); the site says gates = "one"')
+            return None
+        mapping = {}
+        for gate in chosen:
+            line = gate_line(gate, ctx)
             if gate.accepts(target):
-                ctx.report(site.name, ctx.accepted(), gate.node, symbol, f"gate already accepts {target}")
+                ctx.report(site.name, ctx.accepted(), None, symbol, f"gate already accepts {target}", line=line)
                 continue
-            if not ctx.emit:  # a status scan: say what would be added, build nothing
-                sib = self._sibling(gate)
-                new = ctx.code(rename_family(sib.node, sib.family, target))
-                ctx.report(site.name, Status.APPLIED, gate.node, symbol, f"added {new}")
+            operand, problem = self._operand(self._sibling(gate), target, ctx, site.name)
+            if operand is None:
+                ctx.report(site.name, Status.DRIFT, None, symbol, problem, line=line)
                 continue
-            operand = self._operand(self._sibling(gate), target, ctx)
-            edited = edited.deep_replace(gate.node, self._widen(gate, operand))
-            ctx.report(site.name, Status.APPLIED, gate.node, symbol, f"added {ctx.module.code_for_node(operand)}")
-        return edited if hits and edited is not func else None
+            mapping[gate.node] = self._widen(gate, operand)
+            ctx.report(site.name, Status.APPLIED, None, symbol, f"added {ctx.code(operand)}", line=line)
+        if not mapping:
+            return None
+        replacer = _Replace(mapping, {**ctx.parents, func.body: func})
+        edited = func.visit(replacer)
+        for node in mapping:
+            if node not in replacer.done:  # reported above, yet not in the result: say so
+                ctx.report(site.name, Status.INCOMPLETE, None, symbol,
+                           "self-check: a widened gate did not land in the function", line=ctx.line(node))
+        return edited
 
     @staticmethod
     def _eligible(gate: Gate, site, target: str) -> bool:
@@ -150,19 +191,65 @@ class ArchGateCodemod(SiteCodemod):
             lpar, rpar = node.lpar, node.rpar
         return cst.BooleanOperation(left=inner, operator=cst.Or(), right=operand, lpar=lpar, rpar=rpar)
 
-    def _operand(self, sibling: Predicate, target: str, ctx: FileContext) -> cst.BaseExpression:
-        """The new predicate in the sibling's idiom, recording what must be made resolvable."""
+    def _operand(self, sibling: Predicate, target: str, ctx: FileContext, site: str):
+        """(the new predicate in the sibling's idiom, None) or (None, why it cannot be
+        written). Type-aware: a name this file binds to a ``def`` is called, never used as
+        a flag; a name bound to a flag is never called. Records what must be provided."""
         needs = ctx.state.setdefault("needs", {})
         new = rename_family(sibling.node, sibling.family, target)
         if sibling.idiom == "constant":
-            needs.setdefault(("constant", new.value), sibling.name)
-        elif sibling.idiom == "call":
-            needs.setdefault(("function", ctx.arch.family_function), sibling.name)
-        elif not self._attribute_available(sibling, target, ctx):
-            name = ctx.arch.family_function  # the platform object lacks .is_smXX here
-            needs.setdefault(("function", name), None)
-            return cst.Call(func=cst.Name(name))
-        return new
+            kind, where = self._kind(new.value, ctx)
+            if kind in ("function", "value-function"):
+                return cst.Call(func=cst.Name(new.value)), None
+            if kind in ("bool", "value"):
+                return new, None
+            if kind is None:
+                needs.setdefault(("constant", new.value), sibling.name)
+                return new, None
+            return None, f"cannot add {new.value}: {where}"
+        if sibling.idiom == "call":
+            if isinstance(new.func, cst.Attribute):  # `mod.is_sm100_supported()`: call the plain name
+                new = cst.Call(func=cst.Name(ctx.arch.family_function))
+            return self._callable(new, new.func.value, sibling.name, ctx)
+        if self._attribute_available(sibling, target, ctx):
+            return new, None
+        name = ctx.arch.family_function  # the platform object lacks .is_smXX here
+        return self._callable(cst.Call(func=cst.Name(name)), name, None, ctx)
+
+    def _callable(self, call: cst.Call, name: str, sibling: str | None, ctx: FileContext):
+        kind, where = self._kind(name, ctx)
+        if kind is None:
+            ctx.state["needs"].setdefault(("function", name), sibling)
+            return call, None
+        if kind in ("function", "value", "value-function", "unknown-import"):
+            return call, None
+        return None, f"cannot call {name}(): {where}"
+
+    @staticmethod
+    def _kind(name: str, ctx: FileContext) -> tuple[str | None, str]:
+        """How this file binds ``name``: None (unbound), "function", "bool", "value",
+        "value-function" (imported def), "unknown-import", or a problem, with words."""
+        bound = binding(ctx.text, name)
+        if bound is None:
+            return None, ""
+        kind, rhs = bound
+        if kind == "function":
+            return "function", f"{name} is a function here"
+        if kind == "bool":
+            return "bool", f"{name} is a flag here ({name} = {rhs})"
+        if kind == "value":
+            return "value", f"{name} is assigned here ({name} = {rhs})"
+        if kind == "class":
+            return "class", f"{name} is a class here"
+        imported = imported_kind(ctx.read, ctx.rel, rhs)
+        module = rhs.rpartition(":")[0]
+        if imported == "function":
+            return "value-function", f"{name} is a function imported from {module}"
+        if imported in ("bool", "value"):
+            return imported, f"{name} is a flag imported from {module}"
+        if imported == "class":
+            return "class", f"{name} is a class imported from {module}"
+        return "unknown-import", f"{name} is imported from {module}, which this tree does not define"
 
     @staticmethod
     def _attribute_available(sibling: Predicate, target: str, ctx: FileContext) -> bool:
@@ -172,12 +259,15 @@ class ArchGateCodemod(SiteCodemod):
         name = fn.value if isinstance(fn, cst.Name) else None
         if name is None:
             return True
-        for _stmt, imp in top_imports(ctx.module):
-            if name in imported_names(imp):
-                where = find_definition(ctx.read, import_module(imp, ctx), name)
-                text = ctx.read(where) if where else None
-                return bool(text and re.search(rf"\b{ctx.arch.family_attribute}\b", text))
-        return bool(re.search(rf"\b{ctx.arch.family_attribute}\b", ctx.module.code))
+        attr = re.compile(rf"\b{ctx.arch.family_attribute}\b")
+        bound = binding(ctx.text, name)
+        if bound and bound[0] == "import":
+            module, _, orig = bound[1].rpartition(":")
+            level = len(module) - len(module.lstrip("."))
+            where = find_definition(ctx.read, absolute_module(ctx.rel, module.lstrip("."), level), orig)
+            text = ctx.read(where) if where else None
+            return bool(text and attr.search(text))
+        return bool(attr.search(ctx.text))
 
     # -- per module ---------------------------------------------------------------------
     def finalize_module(self, module: cst.Module, ctx: FileContext) -> cst.Module:
@@ -223,6 +313,7 @@ class ArchGateCodemod(SiteCodemod):
                             value = value.deep_replace(pred.node, cst.Call(func=cst.Name(fname)))
                             ctx.state["needs"].setdefault(("function", fname), None)
         line = cst.SimpleStatementLine(body=[cst.Assign(targets=[cst.AssignTarget(cst.Name(name))], value=value)])
+        ctx.provided.append(f"defined {ctx.code(line).strip()}")
         return module.with_changes(body=body[: anchor + 1] + [line] + body[anchor + 1 :])
 
     def _ensure_function(self, module, name, sibling, ctx):
@@ -231,13 +322,27 @@ class ArchGateCodemod(SiteCodemod):
         fam_sibling = sibling or f"is_{SIBLINGS[0]}_supported"
         for stmt, imp in top_imports(module):
             if fam_sibling in imported_names(imp):
-                if find_definition(ctx.read, import_module(imp, ctx), name):
+                source = import_module(imp, ctx)
+                if self._defines_function(ctx, source, name):
+                    ctx.provided.append(f"imported {name} next to {fam_sibling} (from {source})")
                     return self._add_alias(module, stmt, imp, fam_sibling, name)
-        if find_definition(ctx.read, "sglang.srt.utils", name):
+        if self._defines_function(ctx, "sglang.srt.utils", name):
             new = cst.parse_statement(f"from sglang.srt.utils import {name}")
             i = first_non_import_index(module)
+            ctx.provided.append(f"imported {name} from sglang.srt.utils")
             return module.with_changes(body=list(module.body[:i]) + [new] + list(module.body[i:]))
+        ctx.provided.append(f"defined a local {name}() from the arch registry (this tree does not provide it)")
         return insert_definition(module, local_helper(name, ctx.arch.gate_family))
+
+    @staticmethod
+    def _defines_function(ctx: FileContext, module: str, name: str) -> bool:
+        """Does ``module`` of this tree provide ``name`` as something callable (not a flag)?"""
+        where = find_definition(ctx.read, module, name)
+        text = ctx.read(where) if where else None
+        if text is None:
+            return False
+        bound = binding(text, name)
+        return bound is None or bound[0] not in ("bool", "class")
 
     @staticmethod
     def _add_alias(module, stmt, imp, sibling, name):

@@ -1,10 +1,13 @@
 """The codemod interface every patch uses: edit a function found by symbol and marker.
 
-The engine parses a candidate file once, finds the functions a site names, and hands each
-(original node, with positions available) to ``edit_function``. A codemod reports what it
-found through ``ctx.report`` and returns the edited function (or None: unchanged). After
-all functions of a file are edited, ``finalize_module`` may add module-level code (imports,
-constants, helpers) the edits need.
+The engine parses a candidate file, finds the functions a site names (in the site's
+modules, naming one of its markers in code), and hands each (original node, positions
+available) to ``edit_function``. A codemod reports every edit through ``ctx.report`` and
+returns the edited function (or None: unchanged). The engine holds it to that: a function
+changed without an ``applied`` report, or reported ``applied`` but unchanged, makes the
+patch ``incomplete``. After all functions of a file are edited, ``finalize_module`` may add
+module-level code (imports, constants, helpers) the edits need; it says what through
+``ctx.provided``.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ class FileContext:
 
     arch: Arch
     rel: str  # package-relative path of the file
-    module: cst.Module  # the original parsed module
+    module: cst.Module  # the original parsed module (a status scan: the function's own)
     pristine: bool  # the tree is unmodified upstream: accepting gates = absorbed
     read: Callable[[str], "str | None"]  # read another file of this tree (resolution)
     positions: Any  # PositionProvider mapping for the function being edited (computed lazily)
@@ -45,6 +48,8 @@ class FileContext:
     emit: bool = True  # False: a status scan, report what would change but build nothing
     findings: list[Finding] = field(default_factory=list)
     state: dict[str, Any] = field(default_factory=dict)  # codemod scratch space per file
+    text: str = ""  # the whole file as given (bindings are read from it in both modes)
+    provided: list[str] = field(default_factory=list)  # module-level additions, said in words
 
     @property
     def dotted(self) -> str:
@@ -78,8 +83,11 @@ class FileContext:
         """Status of a site that already accepts the arch."""
         return Status.ABSORBED if self.pristine else Status.ALREADY
 
-    def report(self, site: str, status: Status, node: cst.CSTNode | None, symbol: str, detail: str = "") -> None:
-        line = self.line(node) if node is not None else None
+    def report(self, site: str, status: Status, node: cst.CSTNode | None, symbol: str, detail: str = "",
+               line: int | None = None) -> None:
+        """Say what happened at ``node`` (or at ``line``): every edit must be reported."""
+        if line is None and node is not None:
+            line = self.line(node)
         self.findings.append(Finding(site, status, line, symbol, detail, self.rel))
 
 
@@ -97,6 +105,37 @@ class SiteCodemod:
 
 
 # -- small helpers shared by codemods -------------------------------------------------------
+_DOC = (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)
+
+
+class _Tokens(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+        self.strings: list[str] = []
+
+    def visit_Expr(self, node: cst.Expr) -> bool:
+        return not isinstance(node.value, _DOC)  # a string statement is documentation
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.names.add(node.value)
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        self.strings.append(node.raw_value)
+
+    def visit_FormattedStringText(self, node: cst.FormattedStringText) -> None:
+        self.strings.append(node.value)
+
+
+def node_names_any(nodes, markers) -> bool:
+    """Do the code tokens under ``nodes`` name one of ``markers``? (see ``patching.markers``)"""
+    from forgepatch.patching.markers import names_any
+
+    visitor = _Tokens()
+    for node in nodes:
+        node.visit(visitor)
+    return names_any(visitor.names, visitor.strings, markers)
+
+
 def first_non_import_index(module: cst.Module) -> int:
     """Index of the first top-level statement after the leading docstring/imports block."""
     for i, stmt in enumerate(module.body):

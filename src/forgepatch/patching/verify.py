@@ -1,0 +1,142 @@
+"""The series checks itself before anything is written.
+
+1. Every changed file re-parses and compiles (``compiles``).
+2. Gate coverage (``lint``'s logic, on the result in memory): a gate of a patch's feature
+   that still rejects the arch makes the patch ``incomplete`` (exit 1, nothing written),
+   unless the patch declares it an intentional exception (``ignore``, with a reason):
+   then it is reported as ``ignored``. Each patch must be complete on its own.
+3. Only reported edits happen, and every reported edit happens: per function in the engine
+   (changed if and only if an edit was reported), per file here (the files a patch changed
+   are exactly the files of its reported edits).
+
+All three land in the patch's result as the ``self-check`` pseudo-site, so every stage that
+runs a series (apply, --check, lint, fork, drift, build, release) sees them.
+
+Lines are upstream lines (the tree as given): on ``apply`` the check reads the patched text
+and maps its lines back; a status scan (``drift``, no texts produced) reads the given text
+and takes away the gates the codemod reported widening there.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections import Counter
+
+from forgepatch.arch import Arch
+from forgepatch.errors import BadInput
+from forgepatch.patching import lint
+from forgepatch.patching.codemods.base import Finding
+from forgepatch.patching.model import (
+    INCOMPLETE_HINT, SELF_CHECK_SITE, ApplyResult, Location, SiteResult, Status,
+)
+from forgepatch.patching.patchset import Patch
+
+
+def compiles(text: str, where: str, patch_id: str) -> None:
+    """A changed file must re-parse and compile, or the patch is broken (never written)."""
+    try:
+        compile(text, where, "exec", dont_inherit=True)
+    except Exception as exc:  # noqa: BLE001
+        raise BadInput(f"{where}: patch {patch_id} produced invalid Python: {exc}") from None
+
+
+def _line_map(old: str, new: str):
+    """new line number -> old line number (lines the edit did not touch map exactly)."""
+    ops = difflib.SequenceMatcher(None, old.splitlines(), new.splitlines()).get_opcodes()
+
+    def back(line: int) -> int:
+        j = line - 1
+        for _tag, i1, i2, j1, j2 in ops:
+            if j1 <= j < j2:
+                return i1 + min(j - j1, max(i2 - i1 - 1, 0)) + 1
+        return line
+
+    return back
+
+
+def file_gaps(text: str, new_text: str, rel: str, findings: list[Finding], markers: list[str],
+              arch: Arch) -> list[lint.LintFinding]:
+    """Gates of the feature in this file that still reject the arch after the patch."""
+    target = arch.gate_family
+    if new_text != text:  # apply: read the result itself
+        if not lint.candidate(new_text.encode("utf-8"), markers):
+            return []
+        try:
+            found = lint.lint_file(new_text, rel, markers, target, arch.name)
+        except SyntaxError as exc:
+            return [_unreadable(rel, exc)]
+        if not found:
+            return []
+        back = _line_map(text, new_text)
+        return [lint.LintFinding(g.file, back(g.line), g.function, g.gate, g.reason) for g in found]
+    try:
+        found = lint.lint_file(text, rel, markers, target, arch.name)
+    except SyntaxError as exc:
+        return [_unreadable(rel, exc)]
+    # a status scan produced no text: the gates it reported widening are the difference
+    widened = Counter(f.line for f in findings if f.status is Status.APPLIED and f.line is not None)
+    out = []
+    for g in found:
+        if widened[g.line] > 0:
+            widened[g.line] -= 1
+            continue
+        out.append(g)
+    return out
+
+
+def _unreadable(rel: str, exc: SyntaxError) -> lint.LintFinding:
+    return lint.LintFinding(rel, exc.lineno, "<module>", "",
+                            f"cannot be checked: this Python cannot parse the file ({exc.msg})")
+
+
+def attach_coverage(result: ApplyResult, gaps: list[tuple[Patch, list[lint.LintFinding]]]) -> None:
+    """Put each patch's gaps in its result: ``incomplete``, or ``ignored`` with the
+    patch's reason. A gate two patches' features share is reported once, by the first."""
+    seen: set[tuple[str, int | None, str]] = set()
+    for (patch, found), pres in zip(gaps, result.patches):
+        locations = []
+        for g in sorted(found, key=lambda g: (g.file, g.line or 0)):
+            key = (g.file, g.line, g.gate)
+            if key in seen:
+                continue
+            seen.add(key)
+            rule = next((r for r in patch.ignore if r.matches(g.file, g.function, g.gate)), None)
+            if rule is not None:
+                locations.append(Location(Status.IGNORED, g.file, g.line, g.function,
+                                          f"{g.reason}; ignored: {rule.reason}", g.gate or None))
+            else:
+                locations.append(Location(Status.INCOMPLETE, g.file, g.line, g.function,
+                                          f"{g.reason}; {INCOMPLETE_HINT}", g.gate or None))
+        _add(pres, locations)
+
+
+def changed_is_reported(result: ApplyResult, emitted: bool) -> None:
+    """The files each patch changed are exactly the files of the edits it reported."""
+    if not emitted:
+        return  # a status scan produces no text: the engine held each function to its report
+    state = dict(result.originals)
+    for pres in result.patches:
+        changed = {rel for rel, text in pres.changes.items() if state.get(rel) != text}
+        state.update(pres.changes)
+        reported = pres.edited_files
+        locations = [Location(Status.INCOMPLETE, rel, None, "<module>", "self-check: changed but no edit reported")
+                     for rel in sorted(changed - reported)]
+        locations += [Location(Status.INCOMPLETE, rel, None, "<module>", "self-check: an edit was reported but the file is unchanged")
+                      for rel in sorted(reported - changed)]
+        _add(pres, locations)
+
+
+def _add(pres, locations: list[Location]) -> None:
+    if not locations:
+        return
+    site = next((s for s in pres.sites if s.site == SELF_CHECK_SITE), None)
+    if site is None:
+        site = SiteResult(SELF_CHECK_SITE, Status.NOT_APPLICABLE)
+        pres.sites.append(site)
+    site.locations += locations
+    site.status = Status.worst([loc.status for loc in site.locations])
+    first = next(loc for loc in site.locations if loc.status is site.status)
+    site.file, site.line, site.symbol = first.file, first.line, first.symbol
+    n = sum(loc.status is site.status for loc in site.locations)
+    site.detail = str(first) if n == 1 else f"{n} finding(s) {site.status.value}; first: {first}"
+    pres.status = Status.worst([s.status for s in pres.sites])
