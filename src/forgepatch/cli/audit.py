@@ -83,18 +83,21 @@ def render_markdown(report) -> str:
 
 
 def render_table(report) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=f"CUDA code for {report.arch} (sm_{report.cc[0]}{report.cc[1]}) in {_where(report)}", title_justify="left")
-    for col in ("library", "verdict", "SASS", "PTX", "fatbins", "reason"):
+    table = Table(title=escape(f"CUDA code for {report.arch} (sm_{report.cc[0]}{report.cc[1]}) in {_where(report)}"),
+                  title_justify="left")
+    table.add_column("library", no_wrap=True)
+    for col in ("verdict", "SASS", "PTX", "fatbins", "reason"):
         table.add_column(col, overflow="fold")
     for lib in report.libraries:
         style = STYLES.get(lib.status, "")
-        table.add_row(lib.path, f"[{style}]{lib.status}[/]", " ".join(lib.sass) or "-", ", ".join(lib.ptx) or "-",
-                      f"{lib.usable_modules}/{lib.modules}", lib.reason)
+        table.add_row(escape(lib.path), f"[{style}]{lib.status}[/]", " ".join(lib.sass) or "-",
+                      ", ".join(lib.ptx) or "-", f"{lib.usable_modules}/{lib.modules}", escape(lib.reason))
     out = console()
     out.print(table)
-    out.print(_summary(report))
+    out.print(escape(_summary(report)))
 
 
 class _Progress:

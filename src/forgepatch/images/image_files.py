@@ -4,8 +4,9 @@ Nothing runs inside the image: a container is *created* (never started) so the e
 archive endpoint can read its filesystem, and removed afterwards. The Python environments
 are found from the image's own configuration — the usual prefixes (``/usr``,
 ``/usr/local``, ``/opt/conda``, ...), the parents of its ``PATH`` directories,
-``VIRTUAL_ENV``/``CONDA_PREFIX`` and ``PYTHONPATH`` — each probed with a HEAD request for
-``lib/python3.N/{site,dist}-packages``. Each environment found is streamed as one tar
+``VIRTUAL_ENV``/``CONDA_PREFIX`` and ``PYTHONPATH`` — each probed with HEAD requests for
+``lib/python3.N/{site,dist}-packages`` (symlinks resolved, so ``/lib`` on a merged-/usr
+system is not read twice). Each environment found is streamed as one tar
 archive; members that are not shared objects are skipped as the stream passes, and each
 ELF shared object is spooled to a temporary file (the engine gives no random access into
 an archive) so the fatbin reader can seek to its headers.
@@ -29,6 +30,7 @@ PY_MINORS = range(6, 16)
 LEAVES = ("site-packages", "dist-packages")
 SPOOL_IN_MEMORY = 64 << 20  # larger shared objects are spooled to disk
 _SYMLINK = 1 << 27  # Go's os.ModeSymlink, as the engine reports a path's mode
+_DIR = 1 << 31  # Go's os.ModeDir
 
 
 def is_shared_object_name(name: str) -> bool:
@@ -43,22 +45,16 @@ class Member:
     fileobj: io.IOBase  # seekable; valid until the next member is requested
 
 
-def candidate_roots(env: dict[str, str]) -> list[str]:
-    """Directories that may hold a Python environment, in a stable order."""
+def candidate_prefixes(env: dict[str, str]) -> list[str]:
+    """Installation prefixes that may hold Python environments, in a stable order."""
     prefixes = list(PREFIXES)
     for var in ("VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONHOME"):
         if env.get(var):
-            prefixes.append(env[var].rstrip("/") or "/")
+            prefixes.append(env[var])
     for entry in env.get("PATH", "").split(":"):
         if entry.rstrip("/").endswith("/bin"):
             prefixes.append(posixpath.dirname(entry.rstrip("/")) or "/")
-    roots = []
-    for prefix in dict.fromkeys(posixpath.normpath(p) for p in prefixes):
-        base = "" if prefix == "/" else prefix
-        roots.append(f"{base}/lib/python3/dist-packages")
-        roots += [f"{base}/lib/python3.{minor}/{leaf}" for minor in PY_MINORS for leaf in LEAVES]
-    roots += [posixpath.normpath(p) for p in env.get("PYTHONPATH", "").split(":") if p.startswith("/")]
-    return list(dict.fromkeys(roots))
+    return list(dict.fromkeys(posixpath.normpath(p) for p in prefixes if p.startswith("/")))
 
 
 class ImageFiles:
@@ -78,6 +74,7 @@ class ImageFiles:
         config = info.get("Config") or {}
         self.env = dict(e.split("=", 1) for e in config.get("Env") or [] if "=" in e)
         self.container: str | None = None
+        self._stats: dict[str, dict | None] = {}
 
     def __enter__(self) -> "ImageFiles":
         created = self.api.create_container(
@@ -103,20 +100,49 @@ class ImageFiles:
         header = res.headers.get("x-docker-container-path-stat")
         return decode_json_header(header) if header else {}
 
+    def _realpath(self, path: str, depth: int = 0) -> str | None:
+        """``path`` with every symlinked component resolved (``/lib`` -> ``/usr/lib`` on
+        merged-/usr systems), or None when it does not exist."""
+        parts = [p for p in path.split("/") if p]
+        current = "/"
+        for i, part in enumerate(parts):
+            candidate = posixpath.join(current, part)
+            stat = self._stat_cached(candidate)
+            if stat is None:
+                return None
+            target = stat.get("linkTarget") if stat.get("mode", 0) & _SYMLINK else None
+            if target:
+                if depth >= 16:
+                    return None
+                rest = "/".join(parts[i + 1:])
+                resolved = posixpath.normpath(posixpath.join(current, target, rest))
+                return self._realpath(resolved, depth + 1)
+            current = candidate
+        return current
+
+    def _stat_cached(self, path: str) -> dict | None:
+        if path not in self._stats:
+            self._stats[path] = self._stat(path)
+        return self._stats[path]
+
     def python_roots(self) -> list[str]:
-        """The Python environment directories that exist in the image (symlinks resolved,
-        nested ones dropped)."""
-        found: list[str] = []
-        for root in candidate_roots(self.env):
-            stat = self._stat(root)
-            hops = 0
-            while stat is not None and stat.get("mode", 0) & _SYMLINK and stat.get("linkTarget") and hops < 8:
-                root = posixpath.normpath(posixpath.join(posixpath.dirname(root), stat["linkTarget"]))
-                stat, hops = self._stat(root), hops + 1
-            if stat is not None and stat.get("mode", 0) & (1 << 31):  # Go's os.ModeDir
-                found.append(root)
-        unique = sorted(set(found))
-        return [r for r in unique if not any(r != o and r.startswith(o.rstrip("/") + "/") for o in unique)]
+        """The Python environment directories that exist in the image: for each prefix's
+        real ``lib`` directory, ``python3/dist-packages`` and ``python3.N/{site,dist}-packages``,
+        plus ``PYTHONPATH`` entries; symlinks resolved, nested and repeated ones dropped."""
+        found: set[str] = set()
+        libs = {self._realpath(posixpath.join(p, "lib")) for p in candidate_prefixes(self.env)}
+        for lib in sorted(lib for lib in libs if lib):
+            for sub in ["python3"] + [f"python3.{minor}" for minor in PY_MINORS]:
+                base = posixpath.join(lib, sub)
+                if self._stat_cached(base) is None:
+                    continue
+                for leaf in LEAVES if sub != "python3" else ("dist-packages",):
+                    found.add(self._realpath(posixpath.join(base, leaf)) or "")
+        for entry in self.env.get("PYTHONPATH", "").split(":"):
+            if entry.startswith("/"):
+                found.add(self._realpath(posixpath.normpath(entry)) or "")
+        dirs = sorted(r for r in found if r and (self._stat_cached(r) or {}).get("mode", 0) & _DIR)
+        return [r for r in dirs if not any(r != o and r.startswith(o.rstrip("/") + "/") for o in dirs)]
 
     def shared_objects(self, root: str, on_bytes: Callable[[int], None] | None = None) -> Iterator[Member]:
         """Each ELF shared object under ``root``, streamed once; non-ELF files named ``*.so``
