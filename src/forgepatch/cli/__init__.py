@@ -39,11 +39,12 @@ def _register() -> None:
     from forgepatch.cli import audit as _audit
     from forgepatch.cli import build as _build
     from forgepatch.cli import fork as _fork
+    from forgepatch.cli import gates as _gates
     from forgepatch.cli import probe as _probe
     from forgepatch.cli import release as _release
     from forgepatch.cli import smoke as _smoke
 
-    for module in (_apply, _build, _fork, _probe, _smoke, _release, _audit):
+    for module in (_apply, _build, _fork, _probe, _smoke, _release, _audit, _gates):
         module.register(app)
 
 

@@ -36,7 +36,7 @@ from forgepatch.gates.scan import TOKENS, SourceFile, candidates, parse_file, re
 ALWAYS, CONDITIONAL, NEVER = "always", "conditional", "never"
 MAJOR_KEYWORDS = ("supported_major_versions",)
 _TESTS = ("if", "elif", "while", "assert", "ifexp", "comprehension")
-_PREDICATE_NAME = re.compile(r"^_?(is|has|supports?)_\w+$|_supported$")
+_PREDICATE_NAME = re.compile(r"^_?(is|has|supports?|check)_\w+$|_supported$")
 _COMMON = {"self", "cls", "torch", "cuda", "logger", "os", "envs", "True", "False", "None", "args", "kwargs",
            "len", "isinstance", "getattr", "hasattr", "print", "str", "int", "bool", "super", "warning", "info"}
 
@@ -84,6 +84,10 @@ class Predicate:
                 "verdicts": self.verdicts}
 
 
+def gate_from_json(doc: dict[str, Any]) -> Gate:
+    return Gate(**{k: v for k, v in doc.items() if k != "arches"})
+
+
 @dataclass
 class Inventory:
     source: str  # the source label (pypi:0.5.23, git:...@sha, dir:...)
@@ -91,6 +95,12 @@ class Inventory:
     gates: list[Gate] = field(default_factory=list)
     predicates: list[Predicate] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> "Inventory":
+        return cls(doc["source"], doc["version"], [gate_from_json(g) for g in doc["gates"]],
+                   [Predicate(p["name"], p["file"], p["line"], p["verdicts"]) for p in doc["predicates"]],
+                   doc.get("stats", {}))
 
     def to_json(self) -> dict[str, Any]:
         return {"source": self.source, "version": self.version, "arches": list(ARCHES),
@@ -100,8 +110,17 @@ class Inventory:
 
 # -- building ---------------------------------------------------------------------------
 def inventory(package: Path, source: str = "", version: str | None = None) -> Inventory:
+    """The gates of the ``sglang/`` package directory ``package``."""
     started = time.perf_counter()
-    files = {rel: data for rel, data in read_tree(Path(package)).items() if not is_test(rel)}
+    return inventory_files(read_tree(Path(package)), source, version, started)
+
+
+def inventory_files(all_files: dict[str, bytes], source: str = "", version: str | None = None,
+                    started: float | None = None) -> Inventory:
+    """The gates of a package given as {path inside the package: bytes} (a directory, a
+    wheel or a git tree read the same way)."""
+    started = started if started is not None else time.perf_counter()
+    files = {rel: data for rel, data in all_files.items() if not is_test(rel)}
     parsed = {rel: parse_file(rel, files[rel], TOKENS) for rel in candidates(files)}
     index = Index(list(parsed.values()))
     finder = _Finder(index)
@@ -133,7 +152,7 @@ def inventory(package: Path, source: str = "", version: str | None = None) -> In
         words = tuple(sorted(shared | {n.encode() for n in private.get(rel, ())}))
         inv.gates += finder.gates(parsed[rel], words)
     inv.predicates = finder.predicates()
-    inv.stats = {"files": len(files), "files_parsed": len(parsed),
+    inv.stats = {"files": len(files), "files_skipped": len(all_files) - len(files), "files_parsed": len(parsed),
                  "parse_errors": [s.error for s in parsed.values() if s.error],
                  "gates": len(inv.gates), "predicates": len(inv.predicates),
                  "seconds": round(time.perf_counter() - started, 3)}
@@ -316,12 +335,15 @@ def _first_line(node: ast.stmt) -> int:
 
 
 def is_test(rel: str) -> bool:
-    """Code that is not part of what runs: tests (``test/``, ``tests/``, ``test_*.py``,
-    ``*_test.py``) and tooling in dot-directories (``.claude/skills/...``)."""
+    """Code that is not part of what serves: tests (``test/``, ``tests/``, ``test_*.py``,
+    ``*_test.py``), benchmarks (``benchmark/``) and tooling in dot-directories (``.claude/...``)."""
     parts = rel.split("/")
     name = parts[-1]
-    return any(p in ("test", "tests") or p.startswith(".") for p in parts[:-1]) or name.startswith("test_") \
+    return any(p in _NOT_SERVING or p.startswith(".") for p in parts[:-1]) or name.startswith("test_") \
         or name.endswith("_test.py") or name == "conftest.py"
+
+
+_NOT_SERVING = {"test", "tests", "benchmark", "benchmarks"}
 
 
 def _truth(value):
