@@ -5,8 +5,10 @@ gates that use them.
 
 Matching, in order: the same condition (predicate spellings normalised, so
 ``_is_sm100_supported``, ``is_sm100_supported()`` and ``get_platform().is_sm100`` are one) in
-the same file and function; the same condition anywhere (moved); then a similar condition
-with similar markers sharing an arch read (moved and edited). What is left is added or removed.
+the same file and function; the same condition with the same markers in another file or
+function (moved); then, among gates sharing an arch read, an edited condition in the same
+function with the same markers, a near-identical long condition nearby, or one using mostly the
+same identifiers (moved and edited). What is left is added or removed.
 """
 
 from __future__ import annotations
@@ -134,12 +136,25 @@ def diff(old: Inventory, new: Inventory, arch: str | None = None) -> GateDiff:
                 left.remove(g)
                 right.remove(match)
 
-    take(lambda g: (g.file, g.function, g.kind, normalise(g.expr)))
-    take(lambda g: (g.file, g.function, normalise(g.expr)))
-    take(lambda g: (g.function, g.kind, normalise(g.expr), tuple(g.markers)))  # the file moved
-    take(lambda g: (g.file, g.kind, normalise(g.expr), tuple(g.markers)))  # the function was renamed
-    take(lambda g: (g.kind, normalise(g.expr), tuple(g.markers)) if g.markers else id(g))  # both
+    def match_all(norm) -> None:
+        take(lambda g: (g.file, g.function, g.kind, norm(g.expr)))
+        take(lambda g: (g.file, g.function, norm(g.expr)))
+        take(lambda g: (g.function, g.kind, norm(g.expr), tuple(g.markers)))  # the file moved
+        take(lambda g: (g.file, g.kind, norm(g.expr), tuple(g.markers)))  # the function was renamed
+        take(lambda g: (g.kind, norm(g.expr), tuple(g.markers)) if g.markers else id(g))  # both
+
+    match_all(normalise)
     pairs += _similar(left, right)
+    # a function renamed along the way renames its call sites too: match them again
+    renames = _renames(pairs, old, new)
+    if renames and left and right:
+        pattern = re.compile(r"\b(" + "|".join(map(re.escape, renames)) + r")\b")
+
+        def renamed(e: str) -> str:
+            return pattern.sub(lambda m: renames[m.group(1)], normalise(e))
+
+        match_all(renamed)
+        pairs += _similar(left, right, renamed)
     changes = []
     unchanged = 0
     for a, b in pairs:
@@ -154,21 +169,33 @@ def diff(old: Inventory, new: Inventory, arch: str | None = None) -> GateDiff:
     return GateDiff(old, new, changes, _predicate_changes(old, new), unchanged, arch)
 
 
-def _similar(left: list[Gate], right: list[Gate]) -> list[tuple[Gate, Gate]]:
+def _renames(pairs, old: Inventory, new: Inventory) -> dict[str, str]:
+    """Function names that disappeared while a gate moved to a new name: old -> new."""
+    before = {g.function.rsplit(".", 1)[-1] for g in old.gates}
+    after = {g.function.rsplit(".", 1)[-1] for g in new.gates}
+    out = {}
+    for a, b in pairs:
+        x, y = a.function.rsplit(".", 1)[-1], b.function.rsplit(".", 1)[-1]
+        if x != y and x not in after and y not in before and not x.startswith("<"):
+            out[x] = y
+    return out
+
+
+def _similar(left: list[Gate], right: list[Gate], norm=normalise) -> list[tuple[Gate, Gate]]:
     """Greedy best pairs of similar conditions that share an arch read."""
     by_atom: dict[str, list[Gate]] = {}
     for g in right:
-        for key in _atom_keys(g):
+        for key in {norm(a) for a in g.atoms}:
             by_atom.setdefault(key, []).append(g)
     scored = []
     for a in left:
         seen: set[int] = set()
-        for key in _atom_keys(a):
+        for key in {norm(x) for x in a.atoms}:
             for b in by_atom.get(key, []):
                 if id(b) in seen:
                     continue
                 seen.add(id(b))
-                ea, eb = normalise(a.expr), normalise(b.expr)
+                ea, eb = norm(a.expr), norm(b.expr)
                 sim = difflib.SequenceMatcher(None, ea, eb).ratio()
                 wa, wb = _words(a), _words(b)
                 # overlap coefficient: a condition rewritten with a few more or fewer terms still matches
@@ -176,7 +203,8 @@ def _similar(left: list[Gate], right: list[Gate]) -> list[tuple[Gate, Gate]]:
                 near = a.file == b.file or a.function.rsplit(".", 1)[-1] == b.function.rsplit(".", 1)[-1] \
                     or bool(set(a.markers) & set(b.markers))
                 long_alike = sim >= SIMILAR and min(len(ea), len(eb)) >= SIMILAR_LONG and a.kind == b.kind and near
-                if long_alike or shared >= SHARED_WORDS:
+                in_place = a.file == b.file and a.function == b.function and a.markers == b.markers and bool(a.markers)
+                if long_alike or shared >= SHARED_WORDS or in_place:
                     scored.append((sim + shared, a, b))
     scored.sort(key=lambda t: -t[0])
     used_a: set[int] = set()

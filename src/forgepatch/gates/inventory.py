@@ -53,6 +53,7 @@ class Gate:
     verdicts: dict[str, str]  # arch -> always | conditional | never
     unresolved: list[str] = field(default_factory=list)  # atoms unknown on every arch
     names: list[str] = field(default_factory=list)  # identifiers of the condition (not strings)
+    end_line: int = 0  # last line of the condition
 
     @property
     def arches(self) -> list[str]:
@@ -315,11 +316,17 @@ class _Finder:
     def gates(self, src: SourceFile, words: tuple[bytes, ...] = TOKENS) -> list[Gate]:
         out: list[Gate] = []
         text = _Text(src.data, words, src.blocks)
+        # statements of one big function, parsed apart, share the function's locals
+        bodies: dict[tuple, _Body] = {}
+        for block in src.blocks:
+            if block.func is not None:
+                bodies.setdefault((block.cls, block.func), _Body()).nodes.extend(block.nodes)
+        scopes = {key: Scope(src.rel, key[0], Locals(body)) for key, body in bodies.items()}
         for block in src.blocks:
             walker = _Walker(self, src.rel, block.cls, block.line_offset, out, text)
             qual = [block.cls] if block.cls else []
             if block.func is not None:  # some statements of a big function's body
-                scope = Scope(src.rel, block.cls, Locals(block))
+                scope = scopes[(block.cls, block.func)]
                 local = walker.local_words(scope)
                 for node in block.nodes:
                     walker.statement(node, qual + [block.func], scope, hot=text.local_lines(node, block.line_offset, local))
@@ -365,6 +372,11 @@ def _required_params(node, cls) -> list[str]:
 
 def _callee_name(func: ast.expr) -> str | None:
     return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+
+
+@dataclass
+class _Body:
+    nodes: list = field(default_factory=list)
 
 
 class _Text:
@@ -525,10 +537,11 @@ class _Walker:
             unresolved = [t for a, t in zip(found, atoms)
                           if all(ev.truth(a, scope) is UNKNOWN for ev in self.finder.evaluators.values())]
         line = (expr.lineno if hasattr(expr, "lineno") else stmt.lineno) + self.offset
+        end = (getattr(expr, "end_lineno", None) or line - self.offset) + self.offset
         names = sorted({n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(expr)
                         if isinstance(n, (ast.Name, ast.Attribute))})
         self.out.append(Gate(self.file, line, ".".join(qual) or "<module>", kind, _short(text), atoms,
-                             _markers(stmt, body, set(atoms)), verdicts, unresolved, names))
+                             _markers(stmt, body, set(atoms)), verdicts, unresolved, names, end))
 
     def _boolean(self, expr: ast.expr, scope: Scope) -> bool:
         """A condition, not a value: a comparison or ``and``/``or``/``not``, or a read that
