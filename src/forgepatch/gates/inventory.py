@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import ast
 import bisect
+import functools
+import gc
 import itertools
 import re
 import time
@@ -121,6 +123,16 @@ def inventory_files(all_files: dict[str, bytes], source: str = "", version: str 
     """The gates of a package given as {path inside the package: bytes} (a directory, a
     wheel or a git tree read the same way)."""
     started = started if started is not None else time.perf_counter()
+    enabled = gc.isenabled()
+    gc.disable()  # thousands of short-lived AST nodes: collection passes cost more than they free
+    try:
+        return _inventory_files(all_files, source, version, started)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _inventory_files(all_files: dict[str, bytes], source: str, version: str | None, started: float) -> Inventory:
     files = {rel: data for rel, data in all_files.items() if not is_test(rel)}
     parsed = {rel: parse_file(rel, files[rel], TOKENS) for rel in candidates(files)}
     index = Index(list(parsed.values()))
@@ -148,10 +160,9 @@ def inventory_files(all_files: dict[str, bytes], source: str = "", version: str 
         finder = _Finder(index)
         public, private = finder.derived_names()
     inv = Inventory(source, version)
-    shared = set(TOKENS) | {n.encode() for n in public} | {k.encode() for k in finder.arch_aliases()}
+    shared = tuple(sorted(set(TOKENS) | {n.encode() for n in public} | {k.encode() for k in finder.arch_aliases()}))
     for rel in sorted(parsed):
-        words = tuple(sorted(shared | {n.encode() for n in private.get(rel, ())}))
-        inv.gates += finder.gates(parsed[rel], words)
+        inv.gates += finder.gates(parsed[rel], shared, tuple(sorted(n.encode() for n in private.get(rel, ()))))
     inv.predicates = finder.predicates()
     inv.stats = {"files": len(files), "files_skipped": len(all_files) - len(files), "files_parsed": len(parsed),
                  "parse_errors": [s.error for s in parsed.values() if s.error],
@@ -313,9 +324,10 @@ class _Finder:
                 out.append(attr)
         return out
 
-    def gates(self, src: SourceFile, words: tuple[bytes, ...] = TOKENS) -> list[Gate]:
+    def gates(self, src: SourceFile, words: tuple[bytes, ...] = TOKENS, own: tuple[bytes, ...] = ()) -> list[Gate]:
+        """The gates of a parsed file; ``words`` name arch reads anywhere, ``own`` in this file only."""
         out: list[Gate] = []
-        text = _Text(src.data, words, src.blocks)
+        text = _Text(src.data, words, src.blocks, own)
         # statements of one big function, parsed apart, share the function's locals
         bodies: dict[tuple, _Body] = {}
         for block in src.blocks:
@@ -374,6 +386,11 @@ def _callee_name(func: ast.expr) -> str | None:
     return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
 
 
+@functools.lru_cache(maxsize=64)
+def _alternation(words: tuple[bytes, ...]) -> re.Pattern:
+    return re.compile(b"|".join(re.escape(w) for w in sorted(words, key=len, reverse=True)))
+
+
 @dataclass
 class _Body:
     nodes: list = field(default_factory=list)
@@ -382,7 +399,7 @@ class _Body:
 class _Text:
     """Which lines of a file name an arch word, to skip statements that read nothing of it."""
 
-    def __init__(self, data: bytes, words: tuple[bytes, ...], blocks):
+    def __init__(self, data: bytes, words: tuple[bytes, ...], blocks, own: tuple[bytes, ...] = ()):
         self.data = data
         self.starts = [0, *itertools.accumulate(map(len, data.splitlines(keepends=True)))]
         hot: set[int] = set()
@@ -390,18 +407,26 @@ class _Text:
             if block.nodes:
                 first = min(_first_line(n) for n in block.nodes) + block.line_offset
                 last = max(n.end_lineno or n.lineno for n in block.nodes) + block.line_offset
-                hot.update(self.lines(words, self.starts[first - 1], self.starts[min(last, len(self.starts) - 1)]))
+                begin, end = self.starts[first - 1], self.starts[min(last, len(self.starts) - 1)]
+                hot.update(self.lines(words, begin, end))
+                hot.update(self.find_lines(own, begin, end))
         self.hot = sorted(hot)
 
-    def lines(self, words: tuple[bytes, ...], begin: int, end: int) -> list[int]:
-        """Sorted line numbers in data[begin:end] holding one of ``words``."""
+    def find_lines(self, words: tuple[bytes, ...], begin: int, end: int) -> set[int]:
         out = set()
         for word in words:
             pos = self.data.find(word, begin, end)
             while pos >= 0:
                 out.add(bisect.bisect_right(self.starts, pos))
                 pos = self.data.find(word, pos + 1, end)
-        return sorted(out)
+        return out
+
+    def lines(self, words: tuple[bytes, ...], begin: int, end: int) -> list[int]:
+        """Sorted line numbers in data[begin:end] holding one of ``words``."""
+        if not words or begin >= end:
+            return []
+        pattern = _alternation(words)
+        return sorted({bisect.bisect_right(self.starts, m.start()) for m in pattern.finditer(self.data, begin, end)})
 
     def span(self, node: ast.AST, offset: int) -> tuple[int, int]:
         return node.lineno + offset, (node.end_lineno or node.lineno) + offset
@@ -418,7 +443,7 @@ class _Text:
         if not words:
             return []
         first, last = self.span(node, offset)
-        return self.lines(words, self.starts[first - 1], self.starts[min(last, len(self.starts) - 1)])
+        return sorted(self.find_lines(words, self.starts[first - 1], self.starts[min(last, len(self.starts) - 1)]))
 
 
 class _Walker:

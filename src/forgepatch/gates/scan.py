@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import bisect
+import functools
 import os
 import re
 from dataclasses import dataclass, field
@@ -65,7 +66,22 @@ def candidates(files: dict[str, bytes], keys: tuple[bytes, ...] = TOKENS, whole_
     """Files holding one of ``keys`` (as substrings, or as whole identifiers)."""
     if not whole_words:
         return [rel for rel, data in files.items() if any(k in data for k in keys)]
-    return [rel for rel, data in files.items() if any(_word_at(data, k, 0, len(data)) >= 0 for k in keys if k in data)]
+    # many names: one search per name through all files joined (no per-file call overhead)
+    rels = list(files)
+    offsets, pos = [], 0
+    for rel in rels:
+        offsets.append(pos)
+        pos += len(files[rel]) + 1
+    joined = b"\0".join(files[rel] for rel in rels)
+    found: set[int] = set()
+    for key in keys:
+        at = _word_at(joined, key, 0, len(joined))
+        while at >= 0:
+            i = bisect.bisect_right(offsets, at) - 1
+            found.add(i)
+            nxt = offsets[i + 1] if i + 1 < len(offsets) else len(joined)
+            at = _word_at(joined, key, nxt, len(joined))  # the rest of this file is not needed
+    return [rels[i] for i in sorted(found)]
 
 
 def _ident(byte: int) -> bool:
@@ -104,6 +120,7 @@ def parse_file(rel: str, data: bytes, keys: tuple[bytes, ...], whole_words: bool
     return src
 
 
+@functools.lru_cache(maxsize=4)  # asked once per split class or function of the same file
 def _triple_quoted(data: bytes) -> list[tuple[int, int]]:
     """(start, end) of triple-quoted strings, found by pairing the quotes in order."""
     regions, pos = [], 0
