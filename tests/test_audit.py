@@ -226,3 +226,40 @@ def test_cli_exit_codes_and_formats(tmp_path):
         (["--arch", "sm120", "--dir", str(FIXTURES), "--json", "--markdown"], "exclusive"),
     ]:
         assert_one_line_error(forgepatch("audit", *args), 2, needle)
+
+
+def test_h200_record_matches_cuobjdump_on_real_libraries():
+    """On the H200 (docs/gpu-runs/2026-12-01-audit/): the audit's per-target entry counts for
+    torch's and NVIDIA's multi-GB libraries equal cuobjdump's listing of the same files; torch's
+    own arch list is covered; libcufft's one fatbin defines no kernel (its kernels live in
+    .ldata), so it is not judged — and torch.fft ran there."""
+    counts: dict[str, dict[str, int]] = {}
+    lib = None
+    for line in (GPU_RUN / "cuobjdump-counts.txt").read_text().splitlines():
+        if line.startswith("## "):
+            lib = line[3:].strip()
+            counts[lib] = {}
+        elif m := re.match(r"\s*(\d+) (cubin|ptx) (sm_\d+a?)$", line):
+            counts[lib][f"{m.group(2)} {m.group(3)}"] = int(m.group(1))
+    site = json.loads((GPU_RUN / "final" / "audit-site-sm90.json").read_text())
+    by_name = {entry["path"].rsplit("/", 1)[-1]: entry for entry in site["libraries"]}
+    compared = 0
+    for name, expected in counts.items():
+        if name == "libcufft.so.12":
+            assert expected == {"cubin sm_75": 1} and name not in by_name
+            continue
+        ours: dict[str, int] = {}
+        for target, n in by_name[name]["entries"].items():
+            kind, _, num = target.partition("_")
+            key = f"{'ptx' if kind == 'compute' else 'cubin'} sm_{num.rstrip('f')}"
+            ours[key] = ours.get(key, 0) + n
+        assert ours == expected, name
+        compared += 1
+    assert compared == 6
+    log = (GPU_RUN / "run2-cufft-and-counts.log").read_text()
+    assert "kernels (.text.*): 0" in (GPU_RUN / "final" / "run3.log").read_text() and "fft ok" in log
+    torch = json.loads((GPU_RUN / "torch.json").read_text())
+    sass = set(by_name["libtorch_cuda.so"]["sass"])
+    assert set(torch["arch_list"]) <= sass  # torch's list, plus a few arch-specific kernels (sm_90a, sm_100a, ...)
+    assert by_name["libtorch_cuda.so"]["entries"]["sm_90"] == by_name["libtorch_cuda.so"]["modules"] == 444
+    assert site["verdict"] == "pass" and not site["failing"]

@@ -54,10 +54,12 @@ def gates(
         sys.stdout.write(diff_markdown(result))
     else:
         diff_table(result, console())
-    changed = result.count("changed") + (0 if arch_name else len(result.predicates))
-    if changed:
-        raise Failure(f"{result.count('changed')} gate(s) changed their arch set from {old.version or old.source} "
-                      f"to {new.version or new.source}" + (f" for {arch_name}" if arch_name else ""))
+    predicates = [p for p in result.predicates
+                  if arch_name is None or (arch_name in p.old.arches) != (arch_name in p.new.arches)]
+    if result.count("changed") or predicates:
+        raise Failure(f"{result.count('changed')} gate(s) and {len(predicates)} predicate(s) changed their arch set "
+                      f"from {old.version or old.source} to {new.version or new.source}"
+                      + (f" for {arch_name}" if arch_name else ""))
 
 
 def _inventory(inv, arch_name: str | None, json_out: bool, markdown: bool) -> None:

@@ -41,7 +41,7 @@ FLAG_LZ4 = 0x2000
 FLAG_ZSTD = 0x8000
 FLAG_ARCH_SPECIFIC = 0x100000
 FLAG_FAMILY_SPECIFIC = 0x200000
-STUB_LIMIT = 32 << 10  # compressed cubins up to this size are opened to look for kernels
+STUB_LIMIT = 8 << 10  # compressed cubins up to this size are opened to look for kernels (a stub is ~2 KB)
 ALIGN = 8  # fatbins in the section start on 8-byte boundaries (zero padding between)
 
 
