@@ -4,8 +4,6 @@ plus a small tree written here for the evaluator's rules."""
 
 from __future__ import annotations
 
-import json
-import textwrap
 from pathlib import Path
 
 import pytest

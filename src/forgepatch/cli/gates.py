@@ -63,7 +63,7 @@ def gates(
 
 
 def _inventory(inv, arch_name: str | None, json_out: bool, markdown: bool) -> None:
-    from forgepatch.gates.inventory import NEVER
+    from forgepatch.gates.model import NEVER
     from forgepatch.gates.render import inventory_markdown, inventory_table
 
     selected = [g for g in inv.gates if arch_name is None or g.verdicts.get(arch_name) == NEVER]

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from forgepatch.gates.inventory import NEVER, Gate, Inventory, Predicate
+from forgepatch.gates.model import NEVER, Gate, Inventory, Predicate
 
 _IDIOM = re.compile(r"\b(?:get_platform\(\)\.)?_?is_(\w+?)(?:_supported)?\b(?:\(\))?")
 SIMILAR = 0.9  # condition similarity that makes a move without shared markers (long conditions)

@@ -7,111 +7,24 @@ capability (``torch.cuda.get_device_capability()`` and the tree's own helpers bu
 defined in the tree, or :data:`UNKNOWN`. Truth is three-valued (Kleene): for one arch a
 condition is ``True`` (always), ``False`` (never) or ``UNKNOWN`` (depends on other settings).
 
-Facts assumed, as a forgepatch image provides them: the platform is CUDA (``is_cuda()`` true,
-``is_hip()``/``is_npu()``/... false) and the CUDA toolkit is new enough for the arch (any
-comparison with ``torch.version.cuda`` or a ``cuda_version`` holds).
+The values and the assumptions (a CUDA platform, a toolkit new enough) are in
+:mod:`forgepatch.gates.values`; local bindings in :mod:`forgepatch.gates.bindings`.
 """
 
 from __future__ import annotations
 
 import ast
 import itertools
-import operator
 from dataclasses import dataclass, field
 from typing import Any
 
+from forgepatch.gates.bindings import assignments, bind_call
+from forgepatch.gates.values import (
+    BIN, CAPABILITY_CALLS, CMP, PLATFORM_FALSE, PLATFORM_TRUE, UNKNOWN, VERSION, VERSION_NAMES, Cap, Func, Partial,
+    kleene_and, kleene_or, literal_table, plain, truth,
+)
 
-class _Unknown:
-    def __repr__(self) -> str:
-        return "UNKNOWN"
-
-
-UNKNOWN: Any = _Unknown()
-
-
-class _Version:
-    """A CUDA toolkit version: every comparison with it holds (assumed new enough)."""
-
-
-VERSION: Any = _Version()
-
-PLATFORM_TRUE = {"is_cuda", "_is_cuda", "is_cuda_alike", "_is_cuda_alike", "is_nvidia", "_is_nvidia", "is_available"}
-PLATFORM_FALSE = {
-    "is_hip", "_is_hip", "is_npu", "_is_npu", "is_xpu", "_is_xpu", "is_musa", "_is_musa", "is_mps", "_is_mps",
-    "is_cpu", "_is_cpu", "is_hpu", "_is_hpu", "is_rocm", "_is_rocm", "is_mlx", "_is_mlx",
-}
-CAPABILITY_CALLS = {"get_device_capability": "cap", "get_device_properties": "cap", "get_device_sm": "sm",
-                    "nvmlDeviceGetCudaComputeCapability": "cap"}
-VERSION_NAMES = {"cuda_version", "CUDA_VERSION", "get_cuda_version", "_get_cuda_version", "get_nvcc_cuda_version"}
-MAX_DEPTH = 12
-
-
-@dataclass(frozen=True)
-class Cap:
-    """A compute capability: ``(major, minor)``, ``.major``/``.minor``, ``[0]``/``[1]``."""
-
-    major: int
-    minor: int
-
-    def tuple(self) -> tuple[int, int]:
-        return (self.major, self.minor)
-
-
-@dataclass(frozen=True)
-class Func:
-    node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
-    file: str
-    cls: str | None = None
-
-
-@dataclass(frozen=True)
-class Partial:
-    func: Func
-    kwargs: tuple[tuple[str, Any], ...]
-
-
-def kleene_and(a, b):
-    if a is False or b is False:
-        return False
-    if a is True and b is True:
-        return True
-    return UNKNOWN
-
-
-def kleene_or(a, b):
-    if a is True or b is True:
-        return True
-    if a is False and b is False:
-        return False
-    return UNKNOWN
-
-
-def truth(value) -> Any:
-    """True / False / UNKNOWN of a value."""
-    if value is UNKNOWN or isinstance(value, (Func, Partial)):
-        return UNKNOWN if value is UNKNOWN else True
-    if value is VERSION:
-        return True
-    if isinstance(value, Cap):
-        return True
-    try:
-        return bool(value)
-    except Exception:
-        return UNKNOWN
-
-
-_CMP = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
-        ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Is: operator.is_, ast.IsNot: operator.is_not,
-        ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
-_BIN = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
-        ast.Mod: operator.mod, ast.Div: operator.truediv}
-
-
-def _plain(value):
-    """A Cap compares as its tuple."""
-    return value.tuple() if isinstance(value, Cap) else value
-
-
+MAX_DEPTH = 12  # definitions followed through at most this many levels
 _SERIAL = itertools.count()
 
 
@@ -157,7 +70,7 @@ class Evaluator:
         return self.definition(definition, scope.depth)
 
     def _follows(self, definition) -> bool:
-        if self.policy is None or _literal_table(definition.node):
+        if self.policy is None or literal_table(definition.node):
             return True
         return self.policy.follows(definition)
 
@@ -253,7 +166,7 @@ class Evaluator:
 
     def _Tuple(self, expr, scope):
         items = [self.value(e, scope) for e in expr.elts]
-        return UNKNOWN if any(i is UNKNOWN for i in items) else tuple(_plain(i) for i in items)
+        return UNKNOWN if any(i is UNKNOWN for i in items) else tuple(plain(i) for i in items)
 
     _List = _Tuple
 
@@ -278,11 +191,11 @@ class Evaluator:
             right = self.value(right_node, scope)
             if left is VERSION or right is VERSION:
                 step: Any = True
-            elif left is UNKNOWN or right is UNKNOWN or type(op) not in _CMP:
+            elif left is UNKNOWN or right is UNKNOWN or type(op) not in CMP:
                 step = UNKNOWN
             else:
                 try:
-                    step = bool(_CMP[type(op)](_plain(left), _plain(right)))
+                    step = bool(CMP[type(op)](plain(left), plain(right)))
                 except TypeError:
                     step = UNKNOWN
             result = kleene_and(result, step)
@@ -295,9 +208,9 @@ class Evaluator:
         left, right = self.value(expr.left, scope), self.value(expr.right, scope)
         if VERSION in (left, right):
             return VERSION
-        if isinstance(left, (int, float)) and isinstance(right, (int, float)) and type(expr.op) in _BIN:
+        if isinstance(left, (int, float)) and isinstance(right, (int, float)) and type(expr.op) in BIN:
             try:
-                return _BIN[type(expr.op)](left, right)
+                return BIN[type(expr.op)](left, right)
             except ZeroDivisionError:
                 return UNKNOWN
         return UNKNOWN
@@ -422,7 +335,7 @@ class Evaluator:
             return UNKNOWN
         self._active.add(key)
         try:
-            local = _bind(node.args, args, kwargs, callee.cls is not None and not isinstance(node, ast.Lambda))
+            local = bind_call(node.args, args, kwargs, callee.cls is not None and not isinstance(node, ast.Lambda))
             inner = Scope(callee.file, callee.cls, local, scope.depth + 1)
             if isinstance(node, ast.Lambda):
                 result = self.value(node.body, inner)
@@ -459,103 +372,5 @@ class Evaluator:
         return _FALLTHROUGH
 
 
-def _literal_table(node) -> bool:
-    """A literal tuple/list/set/dict of constants (``_PINNED = {(9, 0): ...}``), not a flag."""
-    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
-        return all(_literal_table(e) or isinstance(e, ast.Constant) for e in node.elts)
-    if isinstance(node, ast.Dict):
-        return all(k is not None and (_literal_table(k) or isinstance(k, ast.Constant)) for k in node.keys)
-    return False
-
-
 _DECORATOR: Any = object()
 _FALLTHROUGH: Any = type("_Fallthrough", (), {"__repr__": lambda self: "FALLTHROUGH"})()
-
-
-def _bind(arguments: ast.arguments, args: list, kwargs: dict, method: bool) -> dict[str, Any]:
-    params = [a.arg for a in arguments.posonlyargs + arguments.args]
-    if method and params:
-        params = params[1:]
-    bound: dict[str, Any] = {p: UNKNOWN for p in params}
-    bound.update({a.arg: UNKNOWN for a in arguments.kwonlyargs})
-    defaults = arguments.defaults
-    for name, default in zip(params[len(params) - len(defaults):], defaults):
-        bound[name] = default
-    for name, default in zip([a.arg for a in arguments.kwonlyargs], arguments.kw_defaults):
-        if default is not None:
-            bound[name] = default
-    for name, value in zip(params, args):
-        bound[name] = value
-    for name, value in kwargs.items():
-        if name in bound:
-            bound[name] = value
-    return bound
-
-
-def assignments(func: ast.AST) -> dict[str, Any]:
-    """Flow-insensitive local bindings of a function body: ``name = expr`` and
-    ``a, b = expr`` (as ("unpack", expr, i)); a name bound more than once is UNKNOWN (which
-    binding reaches a use is not followed). Nested functions and classes are not entered."""
-    out: dict[str, Any] = {}
-
-    def bind(name: str, value: Any) -> None:
-        out[name] = UNKNOWN if name in out else value
-
-    for node in statements(func):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target = node.targets[0]
-            if isinstance(target, ast.Name):
-                bind(target.id, node.value)
-            elif isinstance(target, (ast.Tuple, ast.List)):
-                for i, elt in enumerate(target.elts):
-                    if isinstance(elt, ast.Name):
-                        bind(elt.id, ("unpack", node.value, i))
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
-            bind(node.target.id, node.value)
-        elif isinstance(node, (ast.AugAssign, ast.For, ast.AsyncFor)) and isinstance(getattr(node, "target", None), ast.Name):
-            bind(node.target.id, UNKNOWN)
-    return out
-
-
-def statements(func: ast.AST):
-    """Every statement in a function body, nested blocks included, nested functions and
-    classes not entered (cheaper than ast.walk: expressions are not visited)."""
-    stack = list(reversed(getattr(func, "body", None) or getattr(func, "nodes", [])))
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            continue
-        yield node
-        children = []
-        for field_name in ("body", "orelse", "finalbody", "handlers", "cases"):
-            for child in getattr(node, field_name, ()) or ():
-                if isinstance(child, (ast.excepthandler, ast.match_case)):
-                    children.extend(child.body)
-                elif isinstance(child, ast.stmt):
-                    children.append(child)
-        stack.extend(reversed(children))
-
-
-class Locals(dict):
-    """A function's bindings, computed the first time a name is looked up."""
-
-    def __init__(self, func: ast.AST):
-        super().__init__()
-        self._func: ast.AST | None = func
-
-    def _load(self) -> None:
-        if self._func is not None:
-            func, self._func = self._func, None
-            self.update(assignments(func))
-
-    def __contains__(self, name) -> bool:
-        self._load()
-        return super().__contains__(name)
-
-    def __getitem__(self, name):
-        self._load()
-        return super().__getitem__(name)
-
-    def items(self):
-        self._load()
-        return super().items()

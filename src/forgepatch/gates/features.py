@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forgepatch.gates.diff import Change, PredicateChange, diff
-from forgepatch.gates.inventory import Gate
+from forgepatch.gates.model import Gate
 
 
 @dataclass

@@ -78,7 +78,7 @@ class Index:
             self._self_assignments(file, cls, node)
 
     def _self_assignments(self, file: str, cls: str, body_owner) -> None:
-        from forgepatch.gates.evaluate import statements
+        from forgepatch.gates.bindings import statements
 
         for sub in statements(body_owner):
             if isinstance(sub, (ast.Assign, ast.AnnAssign)) and sub.value is not None:

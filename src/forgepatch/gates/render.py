@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from forgepatch.gates.diff import Change, GateDiff
-from forgepatch.gates.inventory import NEVER, Gate, Inventory
+from forgepatch.gates.model import NEVER, Gate, Inventory
 
 
 def arches(gate: Gate | None) -> str:

@@ -9,7 +9,8 @@ import json
 import time
 from pathlib import Path
 
-from forgepatch.gates.inventory import Inventory, inventory, inventory_files
+from forgepatch.gates.inventory import inventory, inventory_files
+from forgepatch.gates.model import Inventory
 
 
 def code_digest() -> str:
