@@ -63,12 +63,12 @@ def main() -> None:
     opts = ap.parse_args()
 
     from forgepatch.arch import get_arch
-    from forgepatch.images.audit import _walk_shared_objects, audit_dir, audit_image
+    from forgepatch.images.audit import shared_objects, audit_dir, audit_image
 
     arch = get_arch(opts.arch)
     doc: dict = {"arch": arch.name}
     if opts.dir:
-        files = [p for p, _ in _walk_shared_objects(opts.dir)]
+        files = [p for p, _ in shared_objects(opts.dir)]
         nbytes = sum(p.stat().st_size for p in files)
         gib = nbytes / (1 << 30)
         reports = []

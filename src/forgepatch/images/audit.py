@@ -171,7 +171,7 @@ def audit_dir(root: Path, arch: Arch, strict: bool = False, progress: Progress |
     if not root.is_dir():
         raise BadInput(f"--dir: {root} is not a directory")
     started = time.perf_counter()
-    files = list(_walk_shared_objects(root))
+    files = list(shared_objects(root))
     report = AuditReport(arch.name, arch.cc, {"kind": "dir", "path": str(root)}, strict)
     stats = _new_stats()
     stats["bytes_total"] = sum(size for _, size in files)
@@ -193,7 +193,7 @@ def audit_dir(root: Path, arch: Arch, strict: bool = False, progress: Progress |
     return report
 
 
-def _walk_shared_objects(root: Path):
+def shared_objects(root: Path):
     """(path, size) of regular files named like shared objects, in a stable order; links
     are not followed (a link's target is read where it lives), hard links are read once."""
     seen: set[tuple[int, int]] = set()
