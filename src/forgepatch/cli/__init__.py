@@ -39,14 +39,16 @@ def _globals(
 
 def _register() -> None:
     from forgepatch.cli import apply as _apply
+    from forgepatch.cli import audit as _audit
     from forgepatch.cli import build as _build
     from forgepatch.cli import fork as _fork
+    from forgepatch.cli import gates as _gates
     from forgepatch.cli import probe as _probe
     from forgepatch.cli import release as _release
     from forgepatch.cli import results as _results
     from forgepatch.cli import smoke as _smoke
 
-    for module in (_apply, _build, _fork, _probe, _smoke, _results, _release):
+    for module in (_apply, _build, _fork, _probe, _smoke, _results, _release, _audit, _gates):
         module.register(app)
 
 

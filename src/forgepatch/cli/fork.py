@@ -105,6 +105,7 @@ def drift_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     markdown: bool = typer.Option(False, "--markdown", help="Print the report as Markdown (for a PR comment)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the drift cache."),
+    gates: bool = typer.Option(False, "--gates", help="Also report arch gates of the patched features whose arch set changed between revisions (exit 1)."),
 ) -> None:
     """Health of every patch of ARCH at many revisions, read from git objects."""
     from forgepatch.errors import BadInput
@@ -118,12 +119,12 @@ def drift_cmd(
 
     matrix = STATE.matrix()
     if no_cache:
-        report = scan(repo, arch, matrix, STATE.patches(), rev_list, since, every, until, cache=None)
+        report = scan(repo, arch, matrix, STATE.patches(), rev_list, since, every, until, cache=None, gates=gates)
     else:
         from forgepatch.fork.blobcache import BlobCache
 
         with BlobCache() as cache:
-            report = scan(repo, arch, matrix, STATE.patches(), rev_list, since, every, until, cache=cache)
+            report = scan(repo, arch, matrix, STATE.patches(), rev_list, since, every, until, cache=cache, gates=gates)
     if json_out:
         print_json(report.to_json())
     elif markdown:
@@ -137,6 +138,11 @@ def drift_cmd(
 
         bad = sorted({r.label for r in report.revs for p in report.patch_ids if r.status(p) == "drift"})
         raise Failure(f"drift at {len(bad)} of {len(report.revs)} revision(s): {', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''}")
+    if report.gates:
+        from forgepatch.errors import Failure
+
+        steps = ", ".join(f"{s.old} -> {s.new}" for s in report.gates)
+        raise Failure(f"arch gates of the patched features changed: {steps}")
 
 
 def init_cmd(

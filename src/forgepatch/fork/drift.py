@@ -72,6 +72,7 @@ class DriftReport:
     revs: list[RevHealth] = field(default_factory=list)
     health: list[PatchHealth] = field(default_factory=list)
     stats: dict[str, int] = field(default_factory=dict)
+    gates: list | None = None  # --gates: forgepatch.gates.features.StepChanges per revision step
 
     @property
     def drift(self) -> bool:
@@ -88,6 +89,7 @@ class DriftReport:
             "revs": [r.to_json() for r in self.revs],
             "health": [h.to_json() for h in self.health],
             "cache": self.stats,
+            **({"gates": [step.to_json() for step in self.gates]} if self.gates is not None else {}),
         }
 
 
@@ -131,8 +133,10 @@ def scan(
     until: str | None = None,
     cache=None,
     tree_memo: bool = True,
+    gates: bool = False,
 ) -> DriftReport:
-    """Run the arch's patch series on the package at every selected revision."""
+    """Run the arch's patch series on the package at every selected revision; with
+    ``gates``, also the arch gates of the patches' features that changed between revisions."""
     from forgepatch.arch import get_arch
 
     arch = get_arch(arch_name)
@@ -146,6 +150,7 @@ def scan(
                 f"{arch.name}\0{patch_files_digest(patches_dir, ids)}\0{engine_digest()}".encode()
             ).hexdigest()
         engine = None
+        steps = []  # (label, tree, version) for the gate inventories
         report = DriftReport(arch.name, ids, "")
         stats = {"revs": len(trees), "tree_memo_hits": 0, "engine_runs": 0}
         for rev, sha, tree in trees:
@@ -167,6 +172,9 @@ def scan(
             report.patchset = report.patchset or doc["patchset"]
             label = rev if rev != sha else repo.describe(sha)
             report.revs.append(RevHealth(rev, sha, label, version, doc["patches"], memo=from_memo))
+            steps.append((label, tree, version))
+        if gates:
+            report.gates = gate_steps(steps, patches_dir, ids, cache)
         if engine is not None and not report.patchset:
             report.patchset = engine.patchset
         if hasattr(cache, "hits"):
@@ -174,6 +182,16 @@ def scan(
         report.stats = stats
         report.health = health_over_time(report)
     return report
+
+
+def gate_steps(steps, patches_dir: Path, ids: list[str], cache) -> list:
+    """Feature gate changes between consecutive revisions (forgepatch.gates.features)."""
+    from forgepatch.gates.features import Features, feature_changes
+    from forgepatch.gates.service import tree_inventory
+    from forgepatch.patching.patchset import load_patches
+
+    features = Features.of(load_patches(patches_dir, ids))
+    return feature_changes([tree_inventory(tree, label, version, cache) for label, tree, version in steps], features)
 
 
 class _Engine:
@@ -241,6 +259,26 @@ def _candidates(report: DriftReport) -> list[str]:
     return lines
 
 
+def _gate_lines(report: DriftReport, markdown: bool) -> list[str]:
+    """The gate section: arch sets of the patches' features that changed between revisions."""
+    if report.gates is None:
+        return []
+    from forgepatch.gates.render import arches
+
+    head = "#### arch gates of the patched features" if markdown else "arch gates of the patched features:"
+    out = ["", head, ""] if markdown else [head]
+    if not report.gates:
+        return out + ["no arch set changed between these revisions"]
+    bullet = "- " if markdown else "  "
+    for step in report.gates:
+        for p in step.predicates:
+            out.append(f"{bullet}{step.old} -> {step.new}: predicate {p.name} {' '.join(p.old.arches)} -> "
+                       f"{' '.join(p.new.arches)}; guards {', '.join(g.function for g in p.guards)}")
+        for c in step.changes:
+            out.append(f"{bullet}{step.old} -> {step.new}: {c.new.where} {c.new.function}: {arches(c.old)} -> {arches(c.new)}")
+    return out
+
+
 def render_markdown(report: DriftReport) -> str:
     """A PR-comment-ready Markdown document."""
     verdict = "drift" if report.drift else "healthy"
@@ -258,6 +296,7 @@ def render_markdown(report: DriftReport) -> str:
     for h in report.health:
         advice = "retire this patch (upstream absorbed it)" if h.retire else ("fix the patch" if h.last_status in ("drift", "incomplete") else "keep")
         out.append(f"| `{h.patch}` | {h.first_drift or '-'} | {h.first_absorbed or '-'} | {advice} |")
+    out += _gate_lines(report, markdown=True)
     cands = _candidates(report)
     if cands:
         out += ["", "<details><summary>drift candidates</summary>", ""]
@@ -292,3 +331,5 @@ def render_table(report: DriftReport, console) -> None:
     console.print(health)
     for line in _candidates(report):
         console.print(f"[red]drift[/] {line}")
+    for line in _gate_lines(report, markdown=False):
+        console.print(line, markup=False, highlight=False)

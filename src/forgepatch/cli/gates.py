@@ -1,0 +1,79 @@
+"""``forgepatch gates``: the arch gates of an SGLang tree, or what changed in them between two pins."""
+
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+import typer
+
+from forgepatch.cli._state import STATE, console, print_json
+
+
+def register(app: typer.Typer) -> None:
+    app.command("gates")(gates)
+
+
+def gates(
+    source: Optional[str] = typer.Option(None, "--source", help="pypi:VERSION | git:PATH_OR_URL@REV | DIR (default: the matrix's default pin)."),
+    against: Optional[str] = typer.Option(None, "--against", help="A second source: show what changed from --source to it."),
+    arch: Optional[str] = typer.Option(None, "--arch", help="With --against: only gates whose verdict for ARCH changed. Alone: gates that never pass on ARCH."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON document."),
+    markdown: bool = typer.Option(False, "--markdown", help="Print Markdown (for a PR comment)."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the inventory memo."),
+) -> None:
+    """Inventory every arch gate (predicate, capability comparison) with the arches that pass it."""
+    from forgepatch.errors import BadInput, Failure
+
+    if json_out and markdown:
+        raise BadInput("gates: --json and --markdown are exclusive")
+    arch_name = None
+    if arch is not None:
+        from forgepatch.arch import get_arch
+
+        arch_name = get_arch(arch).name
+    from forgepatch.gates.service import source_inventory
+
+    needs_matrix = source is None or any(s and s.startswith("git:") for s in (source, against))
+    matrix = STATE.matrix() if needs_matrix else None  # the default pin, the upstream package dir
+    err = console(stderr=True)
+    with err.status(f"reading the gates of {source or 'the default pin'}"):
+        old = source_inventory(source, matrix, memo=not no_cache)
+    if against is None:
+        _inventory(old, arch_name, json_out, markdown)
+        return
+    with err.status(f"reading the gates of {against}"):
+        new = source_inventory(against, matrix, memo=not no_cache)
+    from forgepatch.gates.diff import diff
+    from forgepatch.gates.render import diff_markdown, diff_table
+
+    result = diff(old, new, arch_name)
+    if json_out:
+        print_json(result.to_json())
+    elif markdown:
+        sys.stdout.write(diff_markdown(result))
+    else:
+        diff_table(result, console())
+    predicates = [p for p in result.predicates
+                  if arch_name is None or (arch_name in p.old.arches) != (arch_name in p.new.arches)]
+    if result.count("changed") or predicates:
+        raise Failure(f"{result.count('changed')} gate(s) and {len(predicates)} predicate(s) changed their arch set "
+                      f"from {old.version or old.source} to {new.version or new.source}"
+                      + (f" for {arch_name}" if arch_name else ""))
+
+
+def _inventory(inv, arch_name: str | None, json_out: bool, markdown: bool) -> None:
+    from forgepatch.gates.model import NEVER
+    from forgepatch.gates.render import inventory_markdown, inventory_table
+
+    selected = [g for g in inv.gates if arch_name is None or g.verdicts.get(arch_name) == NEVER]
+    title = f"gates that never pass on {arch_name}" if arch_name else "arch gates"
+    if json_out:
+        doc = inv.to_json()
+        doc["gates"] = [g.to_json() for g in selected]
+        doc["arch"] = arch_name
+        print_json(doc)
+    elif markdown:
+        sys.stdout.write(inventory_markdown(inv, selected, title))
+    else:
+        inventory_table(inv, selected, title, console())

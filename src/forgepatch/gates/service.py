@@ -1,0 +1,78 @@
+"""Gate inventories of sources (``pypi:VERSION``, ``git:PATH@REV``, a directory), memoised:
+an immutable source (a release wheel by its sha256, a git commit) is inventoried once per
+version of this code, in ``cache_dir("gates")`` (safe to delete)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+
+from forgepatch.gates.inventory import inventory, inventory_files
+from forgepatch.gates.model import Inventory
+
+
+def code_digest() -> str:
+    """Hash of the gates package's own code: a new analysis invalidates the memo."""
+    from forgepatch import arch, gates
+
+    digest = hashlib.sha256()
+    for path in sorted(Path(gates.__file__).parent.glob("*.py")) + [Path(arch.__file__)]:
+        digest.update(path.name.encode() + path.read_bytes())
+    return digest.hexdigest()
+
+
+def _memo_path(key: str) -> Path:
+    from forgepatch.paths import cache_dir
+
+    return cache_dir("gates") / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
+
+
+def _load(key: str) -> Inventory | None:
+    path = _memo_path(key)
+    try:
+        inv = Inventory.from_json(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    inv.stats = dict(inv.stats, memo=True)
+    return inv
+
+
+def _store(key: str, inv: Inventory) -> None:
+    from forgepatch.atomic import write_atomic
+
+    write_atomic(_memo_path(key), json.dumps(inv.to_json()))
+
+
+def source_inventory(spec: str | None, matrix=None, memo: bool = True) -> Inventory:
+    """The inventory of SRC (None: the matrix's default pin)."""
+    from forgepatch.sources import resolve_source
+
+    started = time.perf_counter()
+    tree = resolve_source(spec, matrix)
+    key = f"{tree.label}\0{tree.revision}\0{code_digest()}" if tree.kind in ("pypi", "git") and tree.revision else None
+    if memo and key and (hit := _load(key)) is not None:
+        hit.stats["seconds"] = round(time.perf_counter() - started, 3)
+        return hit
+    inv = inventory(tree.package, tree.label, tree.version)
+    if memo and key:
+        _store(key, inv)
+    return inv
+
+
+def tree_inventory(tree, label: str, version: str | None, memo: dict | None = None) -> Inventory:
+    """The inventory of a git tree (drift's revisions), memoised by tree id in ``memo``
+    (a mapping such as drift's blob cache)."""
+    key = f"gates:{code_digest()}:{tree.tree_id}"
+    if memo is not None:
+        try:
+            return Inventory.from_json(memo[key])
+        except KeyError:
+            pass
+    paths = tree.paths()
+    tree.prefetch(paths)
+    inv = inventory_files({rel: tree.read(rel) for rel in paths}, label, version)
+    if memo is not None:
+        memo[key] = inv.to_json()
+    return inv
