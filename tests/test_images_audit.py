@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from forgepatch.arch import get_arch
+from forgepatch.combination import Upstream
 from forgepatch.images.build import build_image
 from forgepatch.images.prepare import build_context
 from forgepatch.images.spec import ImageSpec, SourceFacts
@@ -54,7 +55,7 @@ def sm120_image(docker_client, base_image, tmp_path_factory):
     repo = f"forgepatch-test/audit-{pin}"
     tree = release_tree()
     ctx = build_context(root / "ctx", tree, tree, [kernel_wheel(root / "wheels")])
-    spec = ImageSpec(get_arch("sm120"), pin, repo, base_image, ctx, SourceFacts("pypi:0.5.23", "0.5.23", "a" * 64),
+    spec = ImageSpec(get_arch("sm120"), pin, repo, base_image, ctx, SourceFacts(Upstream("pypi", "0.5.23", "a" * 64)),
                      patchset="audit-test")
     result = build_image(spec, api=docker_client.api, log_path=root / "build.log")
     yield result.tags[0]

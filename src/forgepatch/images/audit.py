@@ -216,10 +216,10 @@ def shared_objects(root: Path):
 
 def audit_image(image: str, arch: Arch, strict: bool = False, progress: Progress | None = None, api=None) -> AuditReport:
     """Audit the shared objects of ``image``'s Python environments (nothing runs inside)."""
-    from forgepatch.images.build import connect
+    from forgepatch import dockerapi
     from forgepatch.images.image_files import ImageFiles
 
-    api = api or connect()
+    api = api or dockerapi.api()
     started = time.perf_counter()
     stats = _new_stats()
     with ImageFiles(api, image) as files:
