@@ -115,7 +115,7 @@ def test_refuses_a_failing_profile_with_its_signature(world):
     r = w.release(w.smoke(), "--json")
     line = one_line(r, 1)
     assert line.startswith("forgepatch: error: release refused for sm120/p23: profile gate failed:")
-    assert "[cublas]" in line and "CUBLAS_STATUS_EXECUTION_FAILED" in line
+    assert "[cublas-gemm-execution-failed]" in line and "CUBLAS_STATUS_EXECUTION_FAILED" in line
     assert list(reasons(r)) == ["failing-profile"]
     assert_nothing_released(w)
 

@@ -75,7 +75,7 @@ def test_a_specific_log_signature_still_wins_over_the_probe_reason():
     t = triage_lines(lines)
     spec = JobSpec("j", "sm90", "p", "probe", "probe", ["python3"])
     res = judge(spec, RunOutcome(1, False, False, "x.log", t, stdout="\n".join(lines)))
-    assert res.signature == "cublas" and res.failing_phase == "probe capture:bmm"
+    assert res.signature == "cublas-gemm-execution-failed" and res.failing_phase == "probe capture:bmm"
 
 
 def test_smoke_local_reports_an_incompatible_probe_by_its_reason(tmp_path):

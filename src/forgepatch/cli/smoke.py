@@ -106,12 +106,20 @@ def _triage(
                     out.print(f"  {mark}{no:>6}  {line}", markup=False, soft_wrap=True)
             if t.also_seen:
                 out.print(f"also seen:     {', '.join(t.also_seen)}", markup=False)
+            sig = t.to_dict()
+            if sig["known_issue"]:
+                out.print(f"known issue:   {sig['known_issue']}", markup=False)
+            if sig["workaround"]:
+                out.print(f"workaround:    {sig['workaround']}", markup=False)
         else:
             out.print("verdict:       no failure signature found", markup=False)
+        for n in t.notes:
+            out.print(f"note:          line {n['lineno']}: {n['label']}" + (f" ({n['advice']})" if n["advice"] else ""),
+                      markup=False)
     if t.failed:
         from forgepatch.errors import Failure
 
-        raise Failure(f"{t.log_path}: {t.summary}")
+        raise Failure(f"{t.log_path}: {t.summary}" + (f" ({t.advice})" if t.advice else ""))
 
 
 def _matrix(

@@ -93,6 +93,7 @@ class JobResult(BaseModel):
     verdict: str | None = None  # the probe's verdict
     probe: dict[str, Any] | None = None
     context: list[dict[str, Any]] = Field(default_factory=list)
+    notes: list[dict[str, Any]] = Field(default_factory=list)  # warnings seen (note signatures)
     # the combination it ran on: what `forgepatch release` matches results on
     image_id: str | None = None  # local image ID (docker runner)
     image_digest: str | None = None  # registry digest of that image, when it has one
@@ -105,6 +106,13 @@ class JobResult(BaseModel):
     @property
     def failed(self) -> bool:
         return self.status in FAILING
+
+    @property
+    def advice(self) -> str:
+        """Field knowledge of the failure's signature (``known issue: ...; workaround: ...``)."""
+        from forgepatch.inimage.signatures import advice
+
+        return advice(self.signature) if self.failed else ""
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")

@@ -11,6 +11,9 @@ Rules worth knowing:
 - Among candidates the highest-ranked signature wins, earliest line first (see signatures.py).
 - A Python traceback counts once, at its LAST exception (chained tracebacks are followed).
 - The word "Exception" alone means nothing: only signatures and real tracebacks count.
+- A *note* signature (a warning such as "custom allreduce is disabled") is collected in
+  ``Triage.notes`` and never decides the verdict; the verdict's own field knowledge (public
+  issue, workaround) is ``Triage.advice``.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from forgepatch.inimage.signatures import (
     Signature,
     with_overrides,
 )
+from forgepatch.inimage.signatures import advice as signature_advice
 
 _TB_HEADER = re.compile(r"Traceback \(most recent call last\):")
 _TB_CHAIN = re.compile(r"The above exception was the direct cause|During handling of the above exception")
@@ -88,6 +92,12 @@ class Triage:
     also_seen: list[str] = field(default_factory=list)  # other signature ids after the last phase
     recovered: list[str] = field(default_factory=list)  # signature ids the run progressed past
     toolchain: dict | None = None  # what a [forgepatch-toolchain] line reported
+    notes: list[dict] = field(default_factory=list)  # {id, label, lineno, advice} of note signatures
+
+    @property
+    def advice(self) -> str:
+        """The verdict's field knowledge: ``known issue: SGLang #15650; workaround: ...``."""
+        return signature_advice(self.signature)
 
     @property
     def summary(self) -> str:
@@ -106,6 +116,9 @@ class Triage:
         doc["context"] = [{"lineno": n, "line": t} for n, t in self.context]
         doc["phases"] = [{"id": i, "label": lbl, "lineno": n} for i, lbl, n in self.phases]
         doc["summary"] = self.summary
+        sig = SIGNATURE_BY_ID.get(self.signature or "")
+        doc["known_issue"] = (sig.known or None) if sig else None
+        doc["workaround"] = (sig.workaround or None) if sig else None
         return doc
 
 
@@ -122,8 +135,10 @@ class Monitor:
         phases, sigs = with_overrides(markers)
         self._phases: list[tuple[PhaseMarker, re.Pattern[str]]] = [(p, re.compile(p.pattern)) for p in phases]
         self._sigs: list[tuple[Signature, re.Pattern[str]]] = [
-            (s, re.compile(s.pattern)) for s in sigs if s.id not in ("traceback", "exit")
+            (s, re.compile(s.pattern)) for s in sigs if s.id not in ("traceback", "exit") and not s.note
         ]
+        self._notes: list[tuple[Signature, re.Pattern[str]]] = [(s, re.compile(s.pattern)) for s in sigs if s.note]
+        self.notes: list[dict] = []
         self._tb_sig = next(s for s in sigs if s.id == "traceback")
         self.log_path = log_path
         self.on_event = on_event
@@ -176,6 +191,10 @@ class Monitor:
                 hit = self._hit(sig, sig.describe(m.groupdict()), no, short)
                 if hit:
                     events.append(Event("error", sig.id, hit.label, no, short, hit.at))
+        for sig, rx in self._notes:
+            if (m := rx.search(line)) and all(n["id"] != sig.id for n in self.notes):
+                self.notes.append({"id": sig.id, "label": sig.describe(m.groupdict()), "lineno": no,
+                                   "advice": sig.advice()})
         if m := _EXIT_LINE.search(line):
             self.exit_code = int(m["code"])
         elif _TIMEOUT_LINE.search(line):
@@ -299,6 +318,7 @@ class Monitor:
             also_seen=sorted({h.signature for h in active} - {sig_id}),
             recovered=sorted({h.signature for h in recovered}),
             toolchain=self.toolchain,
+            notes=list(self.notes),
         )
 
 

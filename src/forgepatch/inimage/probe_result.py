@@ -91,6 +91,8 @@ def signature_of(text: str) -> str:
     messages = [line for line in text.splitlines() if not line.startswith((" ", "\t"))]
     best = None
     for sig in SIGNATURES:
+        if sig.note:
+            continue  # a warning, not what failed
         rx = sig.compiled()
         for no, line in enumerate(messages):
             m = rx.search(line)

@@ -108,7 +108,7 @@ def judge(spec: JobSpec, out: RunOutcome, runner: str = "") -> JobResult:
         label=t.label, last_phase=t.last_phase, failing_phase=t.failing_phase, error_line=t.error_line,
         error_lineno=t.error_lineno, exit_code=out.exit_code, timed_out=out.timed_out, log_path=out.log_path,
         duration_s=round(out.duration_s, 3), gpu_ids=list(out.gpu_ids), required=spec.required,
-        context=[{"lineno": n, "line": s} for n, s in t.context],
+        context=[{"lineno": n, "line": s} for n, s in t.context], notes=list(t.notes),
         image_id=out.image_id, image_digest=out.image_digest, patchset=labels.get(LABEL["patchset"]),
         upstream=labels.get(LABEL["upstream"]), engine=labels.get(LABEL["engine"]),
         toolchain=Toolchain.model_validate(found) if isinstance(found, dict) else None,

@@ -2,7 +2,9 @@
 ``combination.results.SmokeResults``).
 
 Table: one row per arch x pin, one column per profile; a cell is ``pass``, ``skip (why)``, or
-``FAIL: <signature> in <phase>``; ``-`` where that combination is not in the matrix.
+``FAIL: <signature> in <phase>``; ``-`` where that combination is not in the matrix. Below the
+table, "Known issues": for each failed job whose signature was posted in a public issue, the
+issue and its workaround; then the warnings (note signatures) each job's log carried.
 """
 
 from __future__ import annotations
@@ -37,7 +39,21 @@ def to_markdown(results: list[JobResult]) -> str:
     for (arch, pin), by_prof in rows.items():
         cells = [cell(by_prof[p]) if p in by_prof else "-" for p in profiles]
         lines.append(f"| {arch} | {pin} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + advice(results)) + "\n"
+
+
+def advice(results: list[JobResult]) -> list[str]:
+    """Markdown lines: the field knowledge of each failure, then the notes seen (deduplicated)."""
+    known = [f"- {r.id}: {r.advice}" for r in results if r.advice]
+    notes: dict[str, list[str]] = {}
+    for r in results:
+        for n in r.notes:
+            text = n.get("label", n.get("id", "")) + (f" ({n['advice']})" if n.get("advice") else "")
+            notes.setdefault(text, []).append(r.id)
+    out = ["", "Known issues:", *known] if known else []
+    if notes:
+        out += ["", "Notes (warnings in the logs):", *(f"- {text}: {', '.join(ids)}" for text, ids in notes.items())]
+    return out
 
 
 def to_junit(results: list[JobResult], name: str = "forgepatch-smoke") -> str:
@@ -50,7 +66,7 @@ def to_junit(results: list[JobResult], name: str = "forgepatch-smoke") -> str:
         case = ET.SubElement(suite, "testcase", classname=f"smoke.{r.arch}.{r.pin}", name=r.profile, time=f"{r.duration_s:.3f}")
         detail = "\n".join(
             [f"last phase: {r.last_phase}", f"failing phase: {r.failing_phase}", f"exit code: {r.exit_code}",
-             f"log: {r.log_path}", ""]
+             f"log: {r.log_path}"] + ([r.advice] if r.advice else []) + [f"note: {n.get('label')}" for n in r.notes] + [""]
             + [f"{c['lineno']:>6}  {c['line']}" for c in r.context]
         )
         if r.status in ("fail", "timeout"):
