@@ -38,8 +38,12 @@ class SourceTree:
 # -- PyPI ---------------------------------------------------------------------------------
 def pypi_wheel(version: str) -> Path:
     """The cached wheel of ``sglang==version``; downloads it once. BadInput if no such release."""
-    if not re.fullmatch(r"[0-9][0-9A-Za-z.+!-]*", version):
-        raise BadInput(f"--source: {version!r} is not a version")
+    from forgepatch.srcspec import check_version
+
+    try:
+        check_version(version, "--source")
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
     root = cache_dir("wheels", version)
     found = sorted(root.glob(f"{PACKAGE}-*.whl"))
     if found:
@@ -154,9 +158,9 @@ def git_tree(spec: str, package_dir: str = "python/sglang") -> SourceTree:
 
 # -- local directory ----------------------------------------------------------------------
 def dir_tree(path: Path) -> SourceTree:
-    path = Path(path)
-    if not path.is_dir():
-        raise BadInput(f"--source: {path} is not a directory")
+    from forgepatch.paths import check_path
+
+    path = check_path(Path(path), "--source", "dir")
     for cand in (path / PACKAGE, path / "python" / PACKAGE, path):
         if cand.name == PACKAGE and (cand / "__init__.py").is_file():
             return SourceTree(cand.resolve(), f"dir:{path}", "dir", read_version(cand), None, pristine=False)
@@ -183,9 +187,15 @@ def resolve_source(src: str | None, matrix=None) -> SourceTree:
             raise BadInput("--source: no source given and no matrix.toml default pin")
         _, pin = matrix.pin(None)
         src = pin.source
-    if src.startswith("pypi:"):
-        return pypi_tree(src[5:])
-    if src.startswith("git:"):
+    from forgepatch.srcspec import parse_source
+
+    try:
+        kind, where, rev = parse_source(src, "--source")
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+    if kind == "pypi":
+        return pypi_tree(where)
+    if kind == "git":
         package_dir = matrix.upstream.package_dir if matrix is not None else "python/sglang"
-        return git_tree(src[4:], package_dir)
+        return git_tree(f"{where}@{rev}", package_dir)
     return dir_tree(Path(src))

@@ -14,8 +14,6 @@ from pathlib import Path
 
 from forgepatch.errors import BadInput
 
-_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-_VERSION_RE = re.compile(r"[0-9][0-9A-Za-z.+!_-]*")
 
 
 @dataclass
@@ -91,16 +89,24 @@ def add_pin(
 
     if (rev is None) == (pypi is None):
         raise BadInput("pin add: give exactly one of --rev SHA or --pypi VERSION")
-    if not _NAME_RE.fullmatch(name):
-        raise BadInput(f"pin add: invalid pin name {name!r} (letters, digits, '.', '_' and '-')")
+    from forgepatch import srcspec
+
+    try:
+        srcspec.check_name(name, "pin add: invalid pin name")
+        if pypi is not None:
+            srcspec.check_version(pypi, "--pypi")
+        if rev is not None:
+            srcspec.check_rev(rev, "--rev")
+        if record_repo is not None:
+            srcspec.check_repo(record_repo, "--repo")
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
     matrix = load_matrix(config)
     if name in matrix.pins:
         raise BadInput(f"pin add: pin {name!r} already exists in {config}")
 
     entry: dict[str, str] = {}
     if pypi is not None:
-        if not _VERSION_RE.fullmatch(pypi):
-            raise BadInput(f"--pypi: invalid version {pypi!r}")
         entry = {"pypi": pypi, "sha256": wheel_sha256(pypi)}
     else:
         sha, version = resolve_rev(repo or Path("."), rev or "", matrix.upstream.package_dir)
