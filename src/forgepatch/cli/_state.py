@@ -42,6 +42,8 @@ def print_json(doc: Any) -> None:
 
 
 def console(stderr: bool = False):
-    from rich.console import Console
+    """The console every command prints with (``cli/_ui.py``: no wrapping off a terminal,
+    ``NO_COLOR`` respected)."""
+    from forgepatch.cli._ui import make_console
 
-    return Console(stderr=stderr, highlight=False)
+    return make_console(stderr=stderr)
