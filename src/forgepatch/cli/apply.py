@@ -255,15 +255,22 @@ def register(app: typer.Typer) -> None:
 
     @patch_app.command("list")
     def patch_list(as_json: bool = typer.Option(False, "--json")) -> None:
-        """List the patches in the patch directory."""
+        """List every patch: the shipped ones plus ./patches (or --patches DIR), which add to them
+        and override a shipped patch of the same id; ORIGIN says where each comes from."""
         from forgepatch.patching.patchset import load_patches, patch_files
 
-        pdir = STATE.patches()
-        patches = load_patches(pdir, list(patch_files(pdir)))
-        docs = [{"id": p.id, "summary": p.summary, "arches": list(p.arches), "applies_to": p.applies_to,
-                 "sites": [s.name for s in p.sites], "examples": len(p.examples), "file": str(p.path)} for p in patches]
+        library = STATE.patches()
+        patches = load_patches(library, list(patch_files(library)))
+        docs = [{"id": p.id, "origin": p.origin, "summary": p.summary, "arches": list(p.arches),
+                 "applies_to": p.applies_to, "sites": [s.name for s in p.sites], "examples": len(p.examples),
+                 "file": str(p.path)} for p in patches]
         if as_json:
             print_json(docs)
             return
-        for d in docs:
-            typer.echo(f"{d['id']}  [{', '.join(d['arches'])}]  {d['applies_to'] or 'all versions'}  sites: {', '.join(d['sites'])}  — {d['summary']}")
+        rows = [("ID", "ORIGIN", "ARCHES", "VERSIONS", "SITES", "SUMMARY")] + [
+            (d["id"], d["origin"], ",".join(d["arches"]), d["applies_to"] or "all", ",".join(d["sites"]), d["summary"])
+            for d in docs]
+        widths = [max(len(r[i]) for r in rows) for i in range(5)]
+        for row in rows:
+            typer.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[5])
+        typer.echo(f"patches: {library.describe()}")
