@@ -78,48 +78,14 @@ def _key(source, patchset: str) -> str:
     return hashlib.sha256(ident.encode()).hexdigest()[:20]
 
 
-def _full_package(source, matrix, pin: str, dest: Path) -> None:
-    """Every file of the pin's package into ``dest/sglang`` (the cached source trees hold only
-    the ``.py`` files the engine reads; a runnable package needs the rest too)."""
+def _full_package(source, dest: Path) -> None:
+    """Every file of the pin's package into ``dest/sglang``: the cached sources the engine read,
+    plus the rest of the wheel or git tree (``sources.copy_non_py``: configs, kernels, data)."""
+    from forgepatch.sources import copy_non_py
+
     target = dest / "sglang"
-    if source.kind == "pypi":
-        import zipfile
-
-        from forgepatch.sources import pypi_wheel
-
-        with zipfile.ZipFile(pypi_wheel(source.version)) as zf:
-            for info in zf.infolist():
-                name = info.filename
-                if name.startswith("sglang/") and not name.endswith("/") and ".." not in name.split("/"):
-                    out = dest / name
-                    out.parent.mkdir(parents=True, exist_ok=True)
-                    out.write_bytes(zf.read(info))
-    elif source.kind == "git":
-        from forgepatch.fork.gitrepo import GitRepo
-
-        where = source.label[len("git:"):].rpartition("@")[0]
-        with GitRepo(Path(where) if Path(where).exists() else _clone_of(where), flag="--pin") as repo:
-            tree = None
-            for cand in dict.fromkeys((matrix.upstream.package_dir, "python/sglang", "sglang")):
-                try:
-                    tree = repo.tree(source.revision, cand)
-                    break
-                except BadInput:
-                    continue
-            if tree is None:
-                raise BadInput(f"pins.{pin}: no SGLang package at {source.label}")
-            for rel in tree.paths():
-                out = target / rel
-                out.parent.mkdir(parents=True, exist_ok=True)
-                out.write_bytes(tree.read(rel))
-    else:
-        shutil.copytree(source.package, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-
-
-def _clone_of(url: str) -> Path:
-    from forgepatch.paths import cache_dir
-
-    return cache_dir("git", hashlib.sha256(url.encode()).hexdigest()[:16])
+    shutil.copytree(source.package, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    copy_non_py(source, target)
 
 
 def prepare(matrix, patches, arch: str, pin: str) -> LocalTree:
@@ -147,7 +113,7 @@ def prepare(matrix, patches, arch: str, pin: str) -> LocalTree:
     root.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
     try:
-        _full_package(source, matrix, pin_name, staging)
+        _full_package(source, staging)
         for rel, text in result.changed.items():
             (staging / "sglang" / rel).write_text(text, encoding="utf-8")
         (staging / ".complete").write_text("\n".join([series.hash, *sorted(result.changed)]) + "\n", encoding="utf-8")
