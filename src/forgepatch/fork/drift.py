@@ -112,13 +112,17 @@ def select_revs(repo: GitRepo, revs: list[str] | None, since: str | None, every:
 
 
 # -- the scan ------------------------------------------------------------------------------
-def patch_files_digest(patches_dir: Path, ids: list[str]) -> str:
-    """Hash of the patch files of the series (bytes), without loading them."""
+def patch_files_digest(patches_dir, ids: list[str]) -> str:
+    """Hash of the patch files of the series (bytes), without loading them (``patches_dir``:
+    a ``PatchLibrary`` or a directory; the file the library resolves each id to counts)."""
+    from forgepatch.patching.patchset import patch_files
+
+    files = patch_files(patches_dir)
     digest = hashlib.sha256()
     for pid in ids:
-        for path in (patches_dir / f"{pid}.toml", patches_dir / f"{pid}.py"):
-            if path.is_file():
-                digest.update(pid.encode() + b"\0" + path.read_bytes() + b"\0")
+        path = files.get(pid)
+        if path is not None and path.is_file():
+            digest.update(pid.encode() + b"\0" + path.suffix.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
 
 
