@@ -74,8 +74,10 @@ def get_arch(name: str) -> Arch:
         import difflib
 
         key = str(name).strip().lower().replace("_", "").replace("-", "")
-        close = difflib.get_close_matches(key, list(ARCHES), n=1, cutoff=0.6)
-        hint = f"; did you mean {close[0]}?" if close else ""
+        scores = {a: difflib.SequenceMatcher(None, key, a).ratio() for a in ARCHES}
+        best = max(scores.values())
+        close = [a for a, score in scores.items() if score == best and score >= 0.6]
+        hint = f"; did you mean {' or '.join(close)}?" if close else ""
         raise BadInput(f"--arch: unknown arch {name!r} (known: {', '.join(ARCHES)}){hint}")
     return ARCHES[canonical]
 

@@ -46,7 +46,9 @@ def pypi_wheel(version: str) -> Path:
     found = sorted(root.glob(f"{PACKAGE}-*.whl"))
     if found:
         return found[0]
-    with tempfile.TemporaryDirectory(dir=root) as tmp:
+    from forgepatch import progress
+
+    with tempfile.TemporaryDirectory(dir=root) as tmp, progress.task(f"downloading {PACKAGE}=={version} from PyPI"):
         proc = subprocess.run(
             [sys.executable, "-m", "pip", "download", "--no-deps", "--no-cache-dir", "-q",
              "--disable-pip-version-check", "-d", tmp, f"{PACKAGE}=={version}"],
@@ -81,13 +83,15 @@ def wheel_sha256(wheel: Path) -> str:
 
 def extract_py(wheel: Path, dest: Path) -> Path:
     """Extract the ``.py`` files of the wheel's package into ``dest/sglang``; returns it."""
+    from forgepatch import progress
+
     with zipfile.ZipFile(wheel) as zf:
-        for info in zf.infolist():
-            name = info.filename
-            if name.startswith(f"{PACKAGE}/") and name.endswith(".py") and ".." not in name:
-                target = dest / name
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(zf.read(info))
+        members = [i for i in zf.infolist()
+                   if i.filename.startswith(f"{PACKAGE}/") and i.filename.endswith(".py") and ".." not in i.filename]
+        for info in progress.track(members, f"unpacking the .py files of {wheel.name}"):
+            target = dest / info.filename
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(zf.read(info))
     return dest / PACKAGE
 
 
@@ -140,8 +144,10 @@ def git_tree(spec: str, package_dir: str = "python/sglang") -> SourceTree:
         raise BadInput(f"--source: {where}@{rev} holds no SGLang package (looked for {package_dir}/ and sglang/)")
     root = cache_dir("trees", f"git-{commit}")
     if not (root / ".complete").exists():
+        from forgepatch import progress
+
         with tempfile.TemporaryDirectory(dir=root.parent) as tmp:
-            for rel in tree.paths():
+            for rel in progress.track(tree.paths(), f"exporting {commit[:12]} from git"):
                 if rel.endswith(".py"):
                     target = Path(tmp, PACKAGE, rel)
                     target.parent.mkdir(parents=True, exist_ok=True)

@@ -36,6 +36,13 @@ STATE = State()
 
 
 def print_json(doc: Any) -> None:
+    """THE way a command prints ``--json``: one document on stdout. An object carries
+    ``forgepatch_version`` (which forgepatch wrote it) unless it has one; the two array
+    documents (``pin list``, ``patch list``) keep their shape."""
+    if isinstance(doc, dict) and "forgepatch_version" not in doc:
+        import forgepatch
+
+        doc = {"forgepatch_version": forgepatch.__version__, **doc}
     sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n")
 
 

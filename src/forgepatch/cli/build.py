@@ -7,6 +7,7 @@ from typing import List, Optional
 
 import typer
 
+from forgepatch.cli._options import arch_list_option, arch_option, source_option
 from forgepatch.cli._state import STATE, console, print_json
 
 
@@ -16,8 +17,8 @@ def register(app: typer.Typer) -> None:
 
 
 def build(
-    arch: str = typer.Option(..., "--arch", help="Target arch (sm103, sm120, ...)."),
-    source: Optional[str] = typer.Option(None, "--source", help="pypi:VERSION | git:PATH_OR_URL@REV | DIR (default: the pin)."),
+    arch: str = arch_option(),
+    source: Optional[str] = source_option(),
     pin: Optional[str] = typer.Option(None, "--pin", help="Pin name for tags/labels (default: matrix default_pin)."),
     base_image: Optional[str] = typer.Option(None, "--base-image", help="Base image (default: arches.<arch>.base_image)."),
     context_dir: Optional[Path] = typer.Option(None, "--context-dir", help="Where to assemble the build context."),
@@ -96,7 +97,7 @@ def build(
 
 def bake(
     out: Path = typer.Option(Path("docker-bake.json"), "--out", help="Bake file to write."),
-    arch: Optional[List[str]] = typer.Option(None, "--arch", help="Only these arches (repeatable; default: all configured)."),
+    arch: Optional[List[str]] = arch_list_option(help="Only these arches (repeatable; default: all configured)."),
     pin: Optional[List[str]] = typer.Option(None, "--pin", help="Only these pins (repeatable; default: each arch's pins)."),
     contexts: Optional[Path] = typer.Option(None, "--contexts", help="Where build contexts go (default: <out dir>/bake-contexts)."),
     as_json: bool = typer.Option(False, "--json", help="Print the bake document on stdout too."),

@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from forgepatch.cli._options import arch_option
 from forgepatch.cli._state import STATE, console, print_json
 
 
@@ -21,7 +22,7 @@ def _sigterm_interrupts() -> None:
 
 
 def _smoke(
-    arch: Optional[str] = typer.Option(None, "--arch", help="Only this arch."),
+    arch: Optional[str] = arch_option(None, help="Only this arch."),
     pin: Optional[str] = typer.Option(None, "--pin", help="Only this pin."),
     profile: Optional[str] = typer.Option(None, "--profile", help="Only this flag profile."),
     runner: str = typer.Option("docker", "--runner", help="docker (one container per job) or local (processes here)."),

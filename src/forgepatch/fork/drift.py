@@ -157,7 +157,9 @@ def scan(
         steps = []  # (label, tree, version) for the gate inventories
         report = DriftReport(arch.name, ids, "")
         stats = {"revs": len(trees), "tree_memo_hits": 0, "engine_runs": 0}
-        for rev, sha, tree in trees:
+        from forgepatch import progress
+
+        for rev, sha, tree in progress.track(trees, f"patching {len(trees)} revision(s) for {arch.name}"):
             version = tree.version()
             key = f"drift-tree:{memo_base}:{tree.tree_id}:{version}" if memo_base else None
             doc = _memo_get(cache, key)
@@ -178,7 +180,8 @@ def scan(
             report.revs.append(RevHealth(rev, sha, label, version, doc["patches"], memo=from_memo))
             steps.append((label, tree, version))
         if gates:
-            report.gates = gate_steps(steps, patches_dir, ids, cache)
+            with progress.task(f"reading the arch gates of {len(steps)} revision(s)"):
+                report.gates = gate_steps(steps, patches_dir, ids, cache)
         if engine is not None and not report.patchset:
             report.patchset = engine.patchset
         if hasattr(cache, "hits"):
