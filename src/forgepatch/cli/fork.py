@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from forgepatch.cli._options import arch_option
 from forgepatch.cli._state import STATE, console, print_json
 
 pin_app = typer.Typer(rich_markup_mode=None, help="Record SGLang pins (PyPI releases or git revisions) in matrix.toml.", no_args_is_help=True)
@@ -51,7 +52,7 @@ def pin_list(json_out: bool = typer.Option(False, "--json", help="Print the pins
 
 
 def fork_cmd(
-    arch: str = typer.Option(..., "--arch", help="Target arch (sm120, sm103, ...)."),
+    arch: str = arch_option(),
     repo: Path = typer.Option(..., "--repo", help="Git checkout of the SGLang fork."),
     rev: Optional[str] = typer.Option(None, "--rev", help="Upstream revision the branch starts at."),
     pin: Optional[str] = typer.Option(None, "--pin", help="Pin name for the branch (default: a matrix pin with that SHA, else the short SHA)."),
@@ -96,7 +97,7 @@ def _render_fork(result) -> None:
 
 
 def drift_cmd(
-    arch: str = typer.Option(..., "--arch", help="Target arch."),
+    arch: str = arch_option(),
     repo: Path = typer.Option(..., "--repo", help="Git repository holding the revisions."),
     revs: Optional[str] = typer.Option(None, "--revs", help="Comma-separated revisions, reported in this order."),
     since: Optional[str] = typer.Option(None, "--since", help="Walk first-parent history from REV ..."),

@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from forgepatch.cli._options import arch_option
 from forgepatch.cli._state import STATE, console, print_json
 
 
@@ -21,7 +22,7 @@ def _sigterm_interrupts() -> None:
 
 
 def _smoke(
-    arch: Optional[str] = typer.Option(None, "--arch", help="Only this arch."),
+    arch: Optional[str] = arch_option(None, help="Only this arch."),
     pin: Optional[str] = typer.Option(None, "--pin", help="Only this pin."),
     profile: Optional[str] = typer.Option(None, "--profile", help="Only this flag profile."),
     runner: str = typer.Option("docker", "--runner", help="docker (one container per job) or local (processes here)."),
@@ -42,7 +43,8 @@ def _smoke(
     _sigterm_interrupts()
     matrix = STATE.matrix(check_patches=False)
     if bisect:
-        rep, run_dir = service.bisect(matrix, runner, bisect, arch, pin, image, logs, cache=not no_cache)
+        rep, run_dir = service.bisect(matrix, runner, bisect, arch, pin, image, logs, cache=not no_cache,
+                                      patches=STATE.patches())
         if as_json:
             print_json({"bisect": rep.to_dict(), "logs": str(run_dir)})
         else:
@@ -59,7 +61,8 @@ def _smoke(
         colour = {"pass": "green", "skipped": "yellow"}.get(res.status, "red")
         out.print(f"[{colour}]{res.status:<8}[/{colour}] {res.id}  {'' if res.status == 'pass' else res.summary}")
 
-    doc, run_dir = service.smoke(matrix, runner, arch, pin, profile, shard, image, jobs, logs, on_result=live)
+    doc, run_dir = service.smoke(matrix, runner, arch, pin, profile, shard, image, jobs, logs, on_result=live,
+                                 patches=STATE.patches())
     results = doc.jobs
     if junit:
         report.write_text(junit, report.to_junit(results))

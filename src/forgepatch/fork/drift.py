@@ -112,13 +112,17 @@ def select_revs(repo: GitRepo, revs: list[str] | None, since: str | None, every:
 
 
 # -- the scan ------------------------------------------------------------------------------
-def patch_files_digest(patches_dir: Path, ids: list[str]) -> str:
-    """Hash of the patch files of the series (bytes), without loading them."""
+def patch_files_digest(patches_dir, ids: list[str]) -> str:
+    """Hash of the patch files of the series (bytes), without loading them (``patches_dir``:
+    a ``PatchLibrary`` or a directory; the file the library resolves each id to counts)."""
+    from forgepatch.patching.patchset import patch_files
+
+    files = patch_files(patches_dir)
     digest = hashlib.sha256()
     for pid in ids:
-        for path in (patches_dir / f"{pid}.toml", patches_dir / f"{pid}.py"):
-            if path.is_file():
-                digest.update(pid.encode() + b"\0" + path.read_bytes() + b"\0")
+        path = files.get(pid)
+        if path is not None and path.is_file():
+            digest.update(pid.encode() + b"\0" + path.suffix.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
 
 
@@ -153,7 +157,9 @@ def scan(
         steps = []  # (label, tree, version) for the gate inventories
         report = DriftReport(arch.name, ids, "")
         stats = {"revs": len(trees), "tree_memo_hits": 0, "engine_runs": 0}
-        for rev, sha, tree in trees:
+        from forgepatch import progress
+
+        for rev, sha, tree in progress.track(trees, f"patching {len(trees)} revision(s) for {arch.name}"):
             version = tree.version()
             key = f"drift-tree:{memo_base}:{tree.tree_id}:{version}" if memo_base else None
             doc = _memo_get(cache, key)
@@ -174,7 +180,8 @@ def scan(
             report.revs.append(RevHealth(rev, sha, label, version, doc["patches"], memo=from_memo))
             steps.append((label, tree, version))
         if gates:
-            report.gates = gate_steps(steps, patches_dir, ids, cache)
+            with progress.task(f"reading the arch gates of {len(steps)} revision(s)"):
+                report.gates = gate_steps(steps, patches_dir, ids, cache)
         if engine is not None and not report.patchset:
             report.patchset = engine.patchset
         if hasattr(cache, "hits"):

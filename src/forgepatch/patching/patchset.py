@@ -81,6 +81,7 @@ class Patch:
     path: Path | None = None
     hash: str = ""
     codemod_line: int | None = None  # a .py patch: the line defining Codemod
+    origin: str = ""  # where the library found it: shipped, user, user (overrides shipped)
 
     @property
     def covers_gates(self) -> bool:
@@ -419,19 +420,25 @@ def load_patch(path: Path) -> Patch:
     return patch
 
 
-def patch_files(patches_dir: Path) -> dict[str, Path]:
-    files = sorted(patches_dir.glob("*.toml")) + sorted(
-        p for p in patches_dir.glob("*.py") if not p.name.startswith("_")
-    )
-    return {p.stem: p for p in files}
+def patch_files(patches) -> dict[str, Path]:
+    """id -> file of every patch of ``patches`` (a ``PatchLibrary``: shipped + user, user ones
+    overriding by id; or a directory: exactly its patches)."""
+    from forgepatch.patching.library import as_library
+
+    return as_library(patches).paths()
 
 
-def load_patches(patches_dir: Path, ids: list[str]) -> list[Patch]:
-    """Load the named patches, in series order."""
-    files = patch_files(patches_dir)
+def load_patches(patches, ids: list[str]) -> list[Patch]:
+    """Load the named patches, in series order (``patches``: a library or a directory)."""
+    from forgepatch.patching.library import as_library
+
+    library = as_library(patches)
     out = []
     for pid in ids:
-        if pid not in files:
-            raise BadInput(f"{patches_dir}: no patch {pid!r} (have: {', '.join(files) or 'none'})")
-        out.append(load_patch(files[pid]))
+        entry = library.files.get(pid)
+        if entry is None:
+            raise BadInput(library.missing(pid))
+        patch = load_patch(entry.path)
+        patch.origin = entry.origin_label
+        out.append(patch)
     return out

@@ -23,6 +23,8 @@ class ApplyRun:
         doc["source"] = self.source.label
         doc["upstream_revision"] = self.source.revision
         doc["written"] = str(self.written) if self.written else None
+        if "files_written" in self.extra:
+            doc["files_written"] = self.extra["files_written"]
         return doc
 
 
@@ -32,17 +34,28 @@ def run_arch(arch: str, source: str | None, matrix, patches_dir: Path):
     from forgepatch.patching.trees import DirTree
     from forgepatch.sources import resolve_source
 
+    from forgepatch import progress
+
     series = load_series(matrix, arch, patches_dir)
     src = resolve_source(source, matrix)
     tree = DirTree(src.package, pristine=src.pristine)
-    return run_series(series, tree, src.version), src, tree, list(series.patches)
+    with progress.task(f"patching {src.label} for {series.arch.name} ({len(tree.paths())} files)"):
+        result = run_series(series, tree, src.version)
+    return result, src, tree, list(series.patches)
 
 
 def apply_arch(arch: str, source: str | None, out: Path | None, matrix, patches_dir: Path,
-               in_place: bool = False, check: bool = False, diff: bool = False) -> ApplyRun:
-    """Run the series; unless checking, write the result (``--out`` copy or ``--in-place``)."""
+               in_place: bool = False, check: bool = False, diff: bool = False, force: bool = False) -> ApplyRun:
+    """Run the series; unless checking, write the result (``--out`` copy or ``--in-place``).
+
+    ``--out DIR`` gets a complete package (the source's ``.py`` files, patched, and its other
+    files: configs, data, compiled extensions) and a record of what was written; a directory
+    forgepatch did not write is refused before any work unless ``force`` (``outdir``)."""
+    from forgepatch.patching import outdir
     from forgepatch.patching.writer import unified_diff, write_in_place, write_out
 
+    if out is not None and not (check or diff or in_place):
+        outdir.check(out, force)
     result, src, _tree, _patches = run_arch(arch, source, matrix, patches_dir)
     run = ApplyRun(result, src)
     if diff:
@@ -55,7 +68,13 @@ def apply_arch(arch: str, source: str | None, out: Path | None, matrix, patches_
         write_in_place(src.package, result.originals, result.changed)
         run.written = src.package
     elif out is not None:
-        run.written = write_out(src.package, result.changed, out)
+        from forgepatch.sources import copy_non_py
+
+        outdir.check(out, force)  # again: the directory may have changed while the series ran
+        run.written = write_out(src.package, result.changed, out, fill=lambda tree: copy_non_py(src, tree))
+        run.extra["files_written"] = outdir.record(out, {"arch": result.arch, "source": src.label,
+                                                         "version": result.version, "patchset": result.patchset_hash,
+                                                         "changed": sorted(result.changed)})
     return run
 
 

@@ -50,8 +50,9 @@ def write_in_place(package: Path, originals: dict[str, str], changed: dict[str, 
         raise BadInput(f"{package}: cannot write: {exc.strerror}; nothing changed") from None
 
 
-def write_out(package: Path, changed: dict[str, str], out_dir: Path) -> Path:
-    """Write a patched copy as ``out_dir/sglang``, built beside it and renamed into place."""
+def write_out(package: Path, changed: dict[str, str], out_dir: Path, fill=None) -> Path:
+    """Write a patched copy as ``out_dir/sglang``, built beside it and renamed into place;
+    ``fill(tree)`` adds files the source tree lacks (a wheel's non-``.py`` files) first."""
     out_dir = Path(out_dir)
     src = package.resolve()
     dest_parent = out_dir.resolve()
@@ -65,6 +66,8 @@ def write_out(package: Path, changed: dict[str, str], out_dir: Path) -> Path:
     try:
         tree = staging / "sglang"
         shutil.copytree(src, tree, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        if fill is not None:
+            fill(tree)
         for rel, text in changed.items():
             (tree / rel).write_text(text, encoding="utf-8")
         final = dest_parent / "sglang"

@@ -1,0 +1,179 @@
+"""The first hour of a new user (issue 15): what `apply --out` writes and refuses, what it says
+next, natural inputs, conventions. Real release wheels, the real CLI in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+
+import pytest
+
+from forgepatch.sources import pypi_tree, pypi_wheel
+from tests.support.cli import assert_one_line_error, forgepatch
+
+VERSION = "0.5.15"  # 3,745 package files, 1,173 of them not .py
+
+
+def _files(root):
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def wheel_files():
+    with zipfile.ZipFile(pypi_wheel(VERSION)) as zf:
+        return {i.filename: i.file_size for i in zf.infolist() if i.filename.startswith("sglang/") and not i.is_dir()}
+
+
+# -- item 2: --out -----------------------------------------------------------------------
+def test_out_is_the_complete_package_and_says_what_changed(tmp_path, wheel_files):
+    out = tmp_path / "o"
+    run = forgepatch("apply", "--arch", "sm120", "--source", f"pypi:{VERSION}", "--out", out, cwd=tmp_path)
+    assert run.rc == 0, run.err
+    written = _files(out / "sglang")
+    assert {f"sglang/{rel}" for rel in written} == set(wheel_files)  # .py and the rest: importable as shipped
+    assert any(not f.endswith(".py") for f in written)
+    record = json.loads((out / ".forgepatch-out").read_text())
+    assert set(record["files"]) == written and record["arch"] == "sm120"
+    changed = record["changed"]
+    assert "srt/layers/flashinfer_comm_fusion.py" in changed
+    pristine = pypi_tree(VERSION).package
+    for rel in written:  # exactly the recorded files differ from the release
+        if rel.endswith(".py"):
+            same = (out / "sglang" / rel).read_bytes() == (pristine / rel).read_bytes()
+            assert same == (rel not in changed), rel
+    # the output names every changed file where it is, and what to do next
+    lines = run.out.splitlines()
+    assert f"wrote o/sglang: a complete copy of the package ({len(written)} files), {len(changed)} of them changed:" in lines
+    for rel in changed:
+        assert f"  o/sglang/{rel}" in lines
+    assert "next:" in lines
+    nxt = run.out.split("next:", 1)[1]
+    for cmd in (f"forgepatch apply --arch sm120 --source pypi:{VERSION} --diff", "--in-place",
+                "forgepatch fork --arch sm120", f"forgepatch build --arch sm120 --source pypi:{VERSION}"):
+        assert cmd in nxt, cmd
+    # --json says the same
+    again = forgepatch("apply", "--arch", "sm120", "--source", f"pypi:{VERSION}", "--out", out, "--json").json()
+    assert again["files_written"] == len(written) and again["written"] == str((out / "sglang").resolve())
+
+
+def test_out_refuses_a_directory_it_did_not_write(tmp_path):
+    out = tmp_path / "mine"
+    (out / "sglang" / "srt").mkdir(parents=True)
+    (out / "sglang" / "srt" / "config.json").write_text("{}")
+    args = ("apply", "--arch", "sm120", "--source", f"pypi:{VERSION}", "--out", out)
+    assert_one_line_error(forgepatch(*args), 2, f"--out: {out} is not empty", "--force")
+    assert (out / "sglang" / "srt" / "config.json").read_text() == "{}"
+    assert _files(out) == {"sglang/srt/config.json"}  # nothing written
+    (out / "notes.txt").write_text("keep")
+    run = forgepatch(*args, "--force")
+    assert run.rc == 0, run.err
+    assert not (out / "sglang" / "srt" / "config.json").exists()  # --force replaced sglang/ ...
+    assert (out / "notes.txt").read_text() == "keep"  # ... and nothing else
+    assert forgepatch(*args).rc == 0  # now it is forgepatch's: a re-run needs no --force
+
+
+def test_out_refuses_a_file_added_to_its_own_output(tmp_path):
+    out = tmp_path / "o"
+    args = ("apply", "--arch", "sm120", "--source", f"pypi:{VERSION}", "--out", out)
+    assert forgepatch(*args).rc == 0
+    cache = out / "sglang" / "srt" / "__pycache__"  # bytecode of an import: not the user's, no refusal
+    cache.mkdir()
+    (cache / "x.cpython-311.pyc").write_bytes(b"x")
+    assert forgepatch(*args).rc == 0
+    added = out / "sglang" / "srt" / "config.json"
+    added.write_text("{}")
+    assert_one_line_error(forgepatch(*args), 2, f"--out: {added} was added or changed", "--force")
+    assert added.read_text() == "{}"
+    edited = out / "sglang" / "version.py"
+    added.unlink()
+    edited.write_text(edited.read_text() + "# mine\n")
+    assert_one_line_error(forgepatch(*args), 2, f"--out: {edited} was added or changed")
+    assert edited.read_text().endswith("# mine\n")
+    file_out = tmp_path / "file"
+    file_out.write_text("x")
+    assert_one_line_error(forgepatch("apply", "--arch", "sm120", "--source", f"pypi:{VERSION}", "--out", file_out),
+                          2, "is not a directory")
+    assert_one_line_error(forgepatch("apply", "--arch", "sm120", "--source", f"pypi:{VERSION}", "--check", "--force"),
+                          2, "--force")
+
+
+# -- item 1: progress on a terminal only -------------------------------------------------
+def _run_on_terminal(*args: str, env=None) -> tuple[int, bytes, str]:
+    """Run the CLI with stderr on a pseudo-terminal (120x40) and stdout on a pipe."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    proc = subprocess.Popen([sys.executable, "-m", "forgepatch", *args], stdout=subprocess.PIPE, stderr=slave,
+                            env={**os.environ, "TERM": "xterm", **(env or {})})
+    os.close(slave)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        seen += chunk
+    out = proc.stdout.read().decode()
+    os.close(master)
+    return proc.wait(), seen, out
+
+
+def test_progress_on_a_terminal_and_never_in_a_pipe_or_json():
+    args = ("apply", "--arch", "sm120", "--source", "pypi:0.5.10", "--check")
+    rc, seen, out = _run_on_terminal(*args)
+    assert rc == 1, seen  # would change files
+    assert b"patching pypi:0.5.10 for sm120" in seen  # the progress line, drawn on the terminal
+    assert "\x1b" not in out and "would change 2 file(s)" in out  # stdout is a pipe: plain text
+    rc, seen, out = _run_on_terminal(*args, "--json")
+    assert rc == 1 and b"patching" not in seen and b"\x1b" not in seen
+    assert json.loads(out)["forgepatch_version"]
+    piped = forgepatch(*args)
+    assert piped.rc == 1 and piped.err == "" and "\x1b" not in piped.out
+
+
+# -- item 3: natural inputs ----------------------------------------------------------------
+def test_arch_spellings_are_read_one_way_in_every_command(tmp_path):
+    want = forgepatch("apply", "--arch", "sm120", "--source", "pypi:0.5.10", "--check", "--json")
+    for spelling in ("sm_120", "SM120", "12.0"):
+        run = forgepatch("apply", "--arch", spelling, "--source", "pypi:0.5.10", "--check", "--json")
+        assert run.rc == want.rc == 1
+        assert run.json()["arch"] == "sm120"
+        assert run.json()["patches"] == want.json()["patches"]
+        assert run.err.strip() == f"forgepatch: note: --arch {spelling!r} read as sm120"
+    # an unknown arch: the same one-line refusal, with a suggestion, whatever the command
+    for cmd in (["apply", "--check"], ["lint"], ["build"], ["fork", "--repo", tmp_path, "--rev", "x"],
+                ["drift", "--repo", tmp_path], ["audit", "--dir", tmp_path], ["smoke", "--runner", "local"],
+                ["gates", "--source", "pypi:0.5.10"], ["release", "--dry-run"], ["bake", "--out", tmp_path / "b.json"]):
+        run = forgepatch(*cmd, "--arch", "sm_12O")
+        assert_one_line_error(run, 2, "--arch: unknown arch 'sm_12O'", "did you mean sm120 or sm121?")
+
+
+def test_source_accepts_a_pin_name_and_hints_pypi(tmp_path):
+    bare = forgepatch("apply", "--arch", "sm120", "--source", "0.5.15", "--check", cwd=tmp_path)
+    assert_one_line_error(bare, 2, "--source: '0.5.15'", "write pypi:0.5.15")
+    unknown = forgepatch("apply", "--arch", "sm120", "--source", "v0.5.99", "--check", cwd=tmp_path)
+    assert_one_line_error(unknown, 2, "write pypi:0.5.99", "v0.5.23")  # names the pins there are
+    by_pin_name = forgepatch("apply", "--arch", "sm120", "--source", "v0.5.20", "--check", "--json", cwd=tmp_path)
+    by_pypi = forgepatch("apply", "--arch", "sm120", "--source", "pypi:0.5.20", "--check", "--json", cwd=tmp_path)
+    by_pin = forgepatch("apply", "--arch", "sm120", "--pin", "v0.5.20", "--check", "--json", cwd=tmp_path)
+    assert by_pin_name.rc == by_pypi.rc == by_pin.rc == 1
+    assert by_pin_name.json()["source"] == by_pin.json()["source"] == "pypi:0.5.20"
+    assert by_pin_name.json()["patches"] == by_pypi.json()["patches"] == by_pin.json()["patches"]
+    lint = forgepatch("lint", "--arch", "sm120", "--pin", "v0.5.20", "--json", cwd=tmp_path)
+    assert lint.rc == 0 and lint.json()["source"] == "pypi:0.5.20"
+    assert_one_line_error(forgepatch("apply", "--arch", "sm120", "--pin", "v0.5.20", "--source", "pypi:0.5.20",
+                                     "--check", cwd=tmp_path), 2, "--pin and --source")
+    assert_one_line_error(forgepatch("lint", "--arch", "sm120", "--pin", "nope", cwd=tmp_path), 2, "--pin: unknown pin 'nope'")
+    # a directory of that name wins over the pin (a path is what it always was)
+    (tmp_path / "v0.5.20").mkdir()
+    assert_one_line_error(forgepatch("apply", "--arch", "sm120", "--source", "v0.5.20", "--check", cwd=tmp_path),
+                          2, "no SGLang package")
