@@ -239,7 +239,7 @@ _VERSION_LIKE = re.compile(r"v?[0-9]+(\.[0-9]+)+([.-]?(post|dev|rc|a|b)[0-9]*)*"
 def pin_name(src: str, matrix=None) -> str | None:
     """``src`` read as a pin name of the matrix: a SRC without a ``pypi:``/``git:`` prefix that
     is no existing path and names a pin (a directory of that name wins)."""
-    if matrix is None or src.startswith(("pypi:", "git:")) or Path(src).exists():
+    if matrix is None or src.startswith(("pypi:", "git:")) or os.path.lexists(src):
         return None
     return src if src in getattr(matrix, "pins", {}) else None
 
