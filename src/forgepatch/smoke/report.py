@@ -20,7 +20,7 @@ def cell(r: JobResult) -> str:
         return "pass"
     if r.status == "skipped":
         return f"skip ({r.summary.removeprefix('probe: ')})"
-    text = (r.label or r.status).replace("|", "\\|")
+    text = (r.label or r.summary or r.status).replace("|", "\\|")  # an error's summary is its message
     if len(text) > 80:
         text = text[:77] + "..."
     where = f" in {r.failing_phase}" if r.failing_phase else ""

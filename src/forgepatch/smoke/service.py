@@ -153,6 +153,9 @@ def triage(path: str, markers: dict | None = None, context: int = 3):
     from forgepatch.inimage.monitor import triage_lines
 
     lines, log_path = read_log(path)
+    if not any(line.strip() for line in lines):  # nothing to judge: not a clean run either
+        where = "stdin" if path == "-" else path
+        raise BadInput(f"{where}: empty log, nothing to triage")
     try:
         return triage_lines(lines, markers, log_path=log_path or "-", context=context)
     except ValueError as exc:
