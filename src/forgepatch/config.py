@@ -62,6 +62,7 @@ class ArchConfig(_Strict):
     extra_wheels: list[str] = Field(default_factory=list)
     profiles: list[str] = Field(default_factory=list)  # smoke profiles to run for this arch
     pins: list[str] | None = None  # None: every pin
+    audit: bool = False  # `forgepatch build` fails when a CUDA library of the image has no code for the arch
 
 
 class Profile(_Strict):

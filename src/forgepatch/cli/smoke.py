@@ -45,7 +45,8 @@ def _smoke(
     _sigterm_interrupts()
     matrix = STATE.matrix(check_patches=False)
     if bisect:
-        rep, run_dir = service.bisect(matrix, runner, bisect, arch, pin, image, logs, cache=not no_cache)
+        rep, run_dir = service.bisect(matrix, runner, bisect, arch, pin, image, logs, cache=not no_cache,
+                                      patches=STATE.patches())
         if as_json:
             print_json({"bisect": rep.to_dict(), "logs": str(run_dir)})
         else:
@@ -62,7 +63,8 @@ def _smoke(
         colour = {"pass": "green", "skipped": "yellow"}.get(res.status, "red")
         out.print(f"[{colour}]{res.status:<8}[/{colour}] {escape(res.id)}  {'' if res.status == 'pass' else escape(res.summary)}")
 
-    doc, run_dir = service.smoke(matrix, runner, arch, pin, profile, shard, image, jobs, logs, on_result=live)
+    doc, run_dir = service.smoke(matrix, runner, arch, pin, profile, shard, image, jobs, logs, on_result=live,
+                                 patches=STATE.patches())
     results = doc.jobs
     if junit:
         report.write_text(junit, report.to_junit(results))

@@ -13,13 +13,15 @@ from forgepatch.smoke.jobs import LocalRunner
 from forgepatch.smoke.matrix import default_job_id, job_spec, parse_shard, plan as plan_jobs, run_jobs, select
 
 
-def make_runner(name: str):
+def make_runner(name: str, matrix=None, patches=None):
+    """The runner; the local one gets the matrix and patch library, to run SGLang jobs on the
+    pin's patched tree (``smoke.local_tree``)."""
     if name == "docker":
         from forgepatch.smoke.docker_runner import DockerRunner
 
         return DockerRunner()
     if name == "local":
-        return LocalRunner()
+        return LocalRunner(matrix=matrix, patches=patches)
     raise BadInput(f"--runner: {name!r} is not docker or local")
 
 
@@ -39,7 +41,7 @@ def plan(matrix, arch=None, pin=None, profile=None, shard=None, image=None):
 
 def smoke(matrix, runner_name: str, arch=None, pin=None, profile=None, shard=None, image=None,
           parallel=None, logs: Path | None = None, on_result: Callable[[JobResult], None] | None = None,
-          cache: bool = True) -> tuple[SmokeResults, Path]:
+          cache: bool = True, patches=None) -> tuple[SmokeResults, Path]:
     """Run the selected jobs; the results document (``combination.results``) and the logs."""
     specs = plan(matrix, arch, pin, profile, shard, image)
     whole = Plan.of([default_job_id(*c) for c in select(matrix, arch, pin, profile)])
@@ -47,7 +49,7 @@ def smoke(matrix, runner_name: str, arch=None, pin=None, profile=None, shard=Non
         if shard:
             return SmokeResults.of([], plan=whole, shard=shard), Path(".")
         raise BadInput("no smoke jobs match (check --arch/--pin/--profile and arches.<a>.profiles)")
-    runner = make_runner(runner_name)
+    runner = make_runner(runner_name, matrix, patches)
     run_dir = logs_root(logs)
     results = run_jobs(specs, runner, run_dir, parallel, on_result)
     if cache:
@@ -79,7 +81,7 @@ def fingerprint(runner, spec) -> str:
 
 
 def bisect(matrix, runner_name: str, profile: str, arch=None, pin=None, image=None, logs: Path | None = None,
-           cache: bool = True):
+           cache: bool = True, patches=None):
     from forgepatch.smoke.bisect import bisect_profile, cache_key, subset_id
 
     prof = matrix.profile(profile)
@@ -98,7 +100,7 @@ def bisect(matrix, runner_name: str, profile: str, arch=None, pin=None, image=No
     if len(pairs) > 1:
         raise BadInput(f"--bisect: profile {profile!r} runs on {len(pairs)} arch/pin pairs; pick one with --arch/--pin")
     (a, p), = pairs
-    runner = make_runner(runner_name)
+    runner = make_runner(runner_name, matrix, patches)
     run_dir = logs_root(logs)
     rc = result_cache() if cache else None
     base = job_spec(matrix, a, p, profile, image)
