@@ -41,33 +41,32 @@ def _smoke(
     from forgepatch.errors import Failure
     from forgepatch.smoke import report, service
 
+    from rich.markup import escape  # job ids, summaries and flags are data, not markup
+
     _sigterm_interrupts()
     matrix = STATE.matrix(check_patches=False)
     if bisect:
-        rep, run_dir = service.bisect(matrix, runner, bisect, arch, pin, image, logs, cache=not no_cache)
+        rep, run_dir = service.bisect(matrix, runner, bisect, arch, pin, image, logs, cache=not no_cache,
+                                      patches=STATE.patches())
         if as_json:
             print_json({"bisect": rep.to_dict(), "logs": str(run_dir)})
         else:
             out = console()
             for t in rep.trials:
                 flags = " ".join(t.flags) or "(no flags)"
-                out.print(f"  {t.outcome:<10} {'cached' if t.cached else 'ran   '}  {flags}  [dim]{t.summary}[/dim]")
-            out.print(f"{rep.sentence}")
-            out.print(f"[dim]{rep.launches} launch(es), {rep.tests} subset(s) evaluated; logs in {run_dir}[/dim]")
+                out.print(f"  {t.outcome:<10} {'cached' if t.cached else 'ran   '}  {escape(flags)}  [dim]{escape(t.summary)}[/dim]")
+            out.print(escape(rep.sentence))
+            out.print(f"[dim]{rep.launches} launch(es), {rep.tests} subset(s) evaluated; logs in {escape(str(run_dir))}[/dim]")
         return
     out = console(stderr=as_json)
 
     def live(res) -> None:
         colour = {"pass": "green", "skipped": "yellow"}.get(res.status, "red")
-        out.print(f"[{colour}]{res.status:<8}[/{colour}] {res.id}  {'' if res.status == 'pass' else res.summary}")
+        out.print(f"[{colour}]{res.status:<8}[/{colour}] {escape(res.id)}  {'' if res.status == 'pass' else escape(res.summary)}")
 
-    from forgepatch.combination.refs import is_digest_ref
-
-    digests = bool(builds) or bool(image and is_digest_ref(image))
     with _PullProgress(console(stderr=True)) as pulling:
         doc, run_dir = service.smoke(matrix, runner, arch, pin, profile, shard, image, jobs, logs, on_result=live,
-                                     builds=builds, patches_dir=STATE.patches() if digests else None,
-                                     on_pull=pulling.event)
+                                     patches=STATE.patches(), builds=builds, on_pull=pulling.event)
     results = doc.jobs
     if junit:
         report.write_text(junit, report.to_junit(results))

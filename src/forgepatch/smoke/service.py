@@ -13,13 +13,15 @@ from forgepatch.smoke.jobs import LocalRunner
 from forgepatch.smoke.matrix import default_job_id, job_spec, parse_shard, plan as plan_jobs, run_jobs, select
 
 
-def make_runner(name: str):
+def make_runner(name: str, matrix=None, patches=None):
+    """The runner; the local one gets the matrix and patch library, to run SGLang jobs on the
+    pin's patched tree (``smoke.local_tree``)."""
     if name == "docker":
         from forgepatch.smoke.docker_runner import DockerRunner
 
         return DockerRunner()
     if name == "local":
-        return LocalRunner()
+        return LocalRunner(matrix=matrix, patches=patches)
     raise BadInput(f"--runner: {name!r} is not docker or local")
 
 
@@ -39,13 +41,13 @@ def plan(matrix, arch=None, pin=None, profile=None, shard=None, image=None):
 
 def smoke(matrix, runner_name: str, arch=None, pin=None, profile=None, shard=None, image=None,
           parallel=None, logs: Path | None = None, on_result: Callable[[JobResult], None] | None = None,
-          cache: bool = True, builds: list[Path] | None = None, patches_dir: Path | None = None,
+          cache: bool = True, patches=None, builds: list[Path] | None = None,
           on_pull: Callable[[str, dict], None] | None = None) -> tuple[SmokeResults, Path]:
     """Run the selected jobs; the results document (``combination.results``) and the logs.
 
     ``builds`` (build records, ``combination.records``) give each job the digest built for its
     arch x pin and the build's audit; jobs on a digest also check the image's patchset against
-    the patch files (``patches_dir``) before anything is pulled."""
+    the patch files (``patches``) before anything is pulled."""
     from forgepatch.combination.refs import is_digest_ref
 
     if builds and image:
@@ -60,9 +62,9 @@ def smoke(matrix, runner_name: str, arch=None, pin=None, profile=None, shard=Non
         raise BadInput("no smoke jobs match (check --arch/--pin/--profile and arches.<a>.profiles)")
     if builds:
         use_builds(specs, builds)
-    if patches_dir is not None and runner_name == "docker":
-        expected_patchsets(matrix, patches_dir, [s for s in specs if s.image and is_digest_ref(s.image)])
-    runner = make_runner(runner_name)
+    if patches is not None and runner_name == "docker":
+        expected_patchsets(matrix, patches, [s for s in specs if s.image and is_digest_ref(s.image)])
+    runner = make_runner(runner_name, matrix, patches)
     if on_pull is not None and hasattr(runner, "on_pull"):
         runner.on_pull = on_pull
     run_dir = logs_root(logs)
@@ -97,14 +99,14 @@ def use_builds(specs, paths: list[Path]) -> None:
         spec.audit = build.audit.model_dump(mode="json") if build.audit else None
 
 
-def expected_patchsets(matrix, patches_dir: Path, specs) -> None:
+def expected_patchsets(matrix, patches, specs) -> None:
     """The patchset each job's arch has now (what its image must carry)."""
     from forgepatch.patching.series import load_series
 
     memo: dict[str, str] = {}
     for spec in specs:
         if spec.arch not in memo:
-            memo[spec.arch] = load_series(matrix, spec.arch, patches_dir).hash
+            memo[spec.arch] = load_series(matrix, spec.arch, patches).hash
         spec.patchset = memo[spec.arch]
 
 
@@ -127,7 +129,7 @@ def fingerprint(runner, spec) -> str:
 
 
 def bisect(matrix, runner_name: str, profile: str, arch=None, pin=None, image=None, logs: Path | None = None,
-           cache: bool = True):
+           cache: bool = True, patches=None):
     from forgepatch.smoke.bisect import bisect_profile, cache_key, subset_id
 
     prof = matrix.profile(profile)
@@ -146,7 +148,7 @@ def bisect(matrix, runner_name: str, profile: str, arch=None, pin=None, image=No
     if len(pairs) > 1:
         raise BadInput(f"--bisect: profile {profile!r} runs on {len(pairs)} arch/pin pairs; pick one with --arch/--pin")
     (a, p), = pairs
-    runner = make_runner(runner_name)
+    runner = make_runner(runner_name, matrix, patches)
     run_dir = logs_root(logs)
     rc = result_cache() if cache else None
     base = job_spec(matrix, a, p, profile, image)
@@ -201,6 +203,9 @@ def triage(path: str, markers: dict | None = None, context: int = 3):
     from forgepatch.inimage.monitor import triage_lines
 
     lines, log_path = read_log(path)
+    if not any(line.strip() for line in lines):  # nothing to judge: not a clean run either
+        where = "stdin" if path == "-" else path
+        raise BadInput(f"{where}: empty log, nothing to triage")
     try:
         return triage_lines(lines, markers, log_path=log_path or "-", context=context)
     except ValueError as exc:
