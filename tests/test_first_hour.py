@@ -303,3 +303,57 @@ def test_no_color_is_respected_on_a_terminal():
     _, seen, _ = _run_on_terminal("apply", "--arch", "sm120", "--source", "pypi:0.5.10", "--check", env={"NO_COLOR": "1"})
     assert b"patching pypi:0.5.10 for sm120" in seen
     assert not re.search(rb"\x1b\[[\d;]*(3\d|9\d)(;\d+)*m", seen)  # ... none with NO_COLOR
+
+
+def test_source_pin_name_selects_the_pin_for_build():
+    from forgepatch.config import load_matrix
+    from forgepatch.errors import BadInput
+    from forgepatch.images.prepare import resolve_target
+    from forgepatch.paths import SHIPPED_MATRIX
+
+    matrix = load_matrix(SHIPPED_MATRIX)
+    target = resolve_target(matrix, "sm120", source="v0.5.20", base_image="base:1")
+    assert (target.pin, target.source) == ("v0.5.20", "pypi:0.5.20")
+    with pytest.raises(BadInput, match="--source 'v0.5.20' is a pin other than --pin 'v0.5.23'"):
+        resolve_target(matrix, "sm120", source="v0.5.20", pin="v0.5.23", base_image="base:1")
+
+
+# -- the README's first command, as a new user runs it ----------------------------------------
+def test_readme_first_command_in_a_fresh_venv(tmp_path):
+    """A copy of the checkout, a fresh venv (dependencies from the package index), the README's
+    first command as written: it patches the default pin and says which files changed, where,
+    and what to do next. Slow (a real `pip install`): the one test of its kind."""
+    import os
+    import re
+    import shutil
+    import subprocess
+    import venv
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    block = re.search(r"```bash\n(.*?)\n```", (root / "README.md").read_text(encoding="utf-8"), re.S).group(1)
+    first = block.splitlines()[0]
+    assert first.startswith("pip install") and "forgepatch apply --arch sm120" in first, first
+    listed = subprocess.run(["git", "-C", root, "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            capture_output=True, check=True).stdout.decode().split("\0")
+    checkout = tmp_path / "forgepatch"
+    for rel in filter(None, listed):
+        if (root / rel).is_file():
+            (checkout / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(root / rel, checkout / rel)
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    env = {**os.environ, "VIRTUAL_ENV": str(env_dir), "PATH": f"{env_dir / 'bin'}{os.pathsep}{os.environ['PATH']}",
+           "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    env.pop("PYTHONPATH", None)
+    run = subprocess.run(["bash", "-c", first], cwd=checkout, env=env, capture_output=True, text=True, timeout=1200)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    out = run.stdout
+    changed = re.findall(r"^  (forgepatch-out/sm120/sglang/\S+\.py)$", out, re.M)
+    assert len(changed) == 3, out  # 0.5.23: the fusion gate, the auto-enable, the backend check
+    for rel in changed:
+        assert (checkout / rel).is_file()
+    assert re.search(r"^wrote forgepatch-out/sm120/sglang: a complete copy of the package \(\d+ files\), 3 of them changed:$",
+                     out, re.M), out
+    nxt = out.split("\nnext:\n", 1)[1]
+    assert "forgepatch apply --arch sm120 --diff" in nxt and "forgepatch build --arch sm120" in nxt
