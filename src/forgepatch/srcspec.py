@@ -16,7 +16,9 @@ MAX_REV = 256
 MAX_REPO = 1024
 MAX_NAME = 128
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+# the name rule in words: ``pin add --help`` and every error say the same thing
+NAME_RULE = "a letter or digit, then letters, digits, '.', '_' or '-'; e.g. v0.5.23, nightly-1129"
 # a git revision: a SHA, a branch or tag name, HEAD~3, v1^{commit}-free spellings
 _REV = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./~^+-]*")
 _SHELL = set(";|&$`<>(){}[]*?!'\"\\#") | {" ", "\t"}
@@ -80,11 +82,10 @@ def check_repo(value: object, what: str = "repo") -> str:
 
 
 def check_name(value: object, what: str = "name") -> str:
-    """A pin or profile name: letters, digits, ``_ . + -``; starts with a letter or digit."""
+    """A pin or profile name (NAME_RULE)."""
     text = _plain(value, what, MAX_NAME)
     if not _NAME.fullmatch(text) or text.endswith((".lock", ".")):
-        raise ValueError(f"{what}: {_short(text)} must be letters, digits, '_', '.', '+', '-' "
-                         f"(starting with a letter or digit)")
+        raise ValueError(f"{what}: {_short(text)} ({NAME_RULE})")
     return text
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forgepatch.errors import BadInput
-
+from forgepatch.srcspec import NAME_RULE  # noqa: F401 - the rule lives with its check (srcspec)
 
 
 @dataclass
@@ -88,7 +88,9 @@ def add_pin(
     from forgepatch.config import load_matrix
 
     if (rev is None) == (pypi is None):
-        raise BadInput("pin add: give exactly one of --rev SHA or --pypi VERSION")
+        raise BadInput("pin add: give exactly one of --rev REV or --pypi VERSION")
+    if repo is not None and pypi is not None:
+        raise BadInput("--repo: only with --rev (a --pypi pin is read from PyPI)")
     from forgepatch import srcspec
 
     try:
