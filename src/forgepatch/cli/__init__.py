@@ -107,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         from forgepatch.cli._ui import make_console
 
         progress.enable(True, make_console(stderr=True))
+    else:
+        progress.enable(False)
     try:
         # non-standalone typer returns the code of typer.Exit / Ctrl-C (130) instead of raising
         code = app(args=argv, prog_name="forgepatch", standalone_mode=False)

@@ -21,7 +21,7 @@ def cell(r: JobResult) -> str:
         return "pass"
     if r.status == "skipped":
         return f"skip ({r.summary.removeprefix('probe: ')})"
-    text = r.label or r.status
+    text = r.label or r.summary or r.status  # an error (no label) shows its message
     if r.signature == "exit" and r.error_line:  # no signature: what the job said last
         text = f"{text}: {r.error_line.strip()}"
     text = text.replace("|", "\\|")
