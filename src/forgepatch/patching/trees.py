@@ -32,9 +32,13 @@ class DirTree:
             with open(self.package / rel, "rb", opener=_open_regular) as fh:
                 return fh.read()
         except OSError as exc:
+            import errno
+
             from forgepatch.errors import BadInput
             from forgepatch.paths import check_path
 
+            if exc.errno == errno.ENOENT and not os.path.islink(self.package / rel):
+                raise  # no such file: callers probing the tree ask for that
             check_path(self.package / rel, "source tree", "file")  # names a loop, a dangling link, ...
             raise BadInput(f"source tree: {self.package / rel}: cannot read: {exc.strerror}") from None
 
