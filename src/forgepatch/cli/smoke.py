@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -34,6 +34,7 @@ def _smoke(
     markdown: Optional[Path] = typer.Option(None, "--markdown", help="Write the Markdown compatibility table here."),
     logs: Optional[Path] = typer.Option(None, "--logs", help="Keep job logs under this directory (default: the cache)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="--bisect: ignore cached results."),
+    builds: Optional[List[Path]] = typer.Option(None, "--builds", metavar="RECORD", help="Build record(s) (`build --push --record`): run each job on the digest built for its arch x pin, pulled if missing."),
     as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
 ) -> None:
     """Launch arch x pin x profile smoke jobs; triage failures by phase and signature."""
@@ -63,8 +64,9 @@ def _smoke(
         colour = {"pass": "green", "skipped": "yellow"}.get(res.status, "red")
         out.print(f"[{colour}]{res.status:<8}[/{colour}] {escape(res.id)}  {'' if res.status == 'pass' else escape(res.summary)}")
 
-    doc, run_dir = service.smoke(matrix, runner, arch, pin, profile, shard, image, jobs, logs, on_result=live,
-                                 patches=STATE.patches())
+    with _PullProgress(console(stderr=True)) as pulling:
+        doc, run_dir = service.smoke(matrix, runner, arch, pin, profile, shard, image, jobs, logs, on_result=live,
+                                     patches=STATE.patches(), builds=builds, on_pull=pulling.event)
     results = doc.jobs
     if junit:
         report.write_text(junit, report.to_junit(results))
@@ -79,6 +81,41 @@ def _smoke(
     if failed:
         raise Failure(f"{len(failed)} of {len(results)} smoke job(s) failed: " + ", ".join(
             f"{r.id} ({r.summary})" for r in failed[:3]) + (" ..." if len(failed) > 3 else ""))
+
+
+class _PullProgress:
+    """``docker pull`` progress of images fetched by digest (stderr; transient; shown only
+    while a pull runs)."""
+
+    def __init__(self, con):
+        self.con = con
+        self.progress = None
+        self.layers: dict[str, tuple[int, int]] = {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.progress is not None:
+            self.progress.stop()
+
+    def event(self, image: str, data: dict) -> None:
+        if self.progress is None:
+            from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                                     TimeElapsedColumn(), console=self.con, transient=True)
+            self.progress.start()
+            self.task = self.progress.add_task(f"pulling {image}", total=None)
+        detail = data.get("progressDetail") or {}
+        if data.get("id") and detail.get("total") and data.get("status") == "Downloading":
+            self.layers[data["id"]] = (detail.get("current", 0), detail["total"])
+        elif data.get("id") and data.get("status") in ("Download complete", "Pull complete", "Already exists"):
+            total = self.layers.get(data["id"], (0, 0))[1]
+            self.layers[data["id"]] = (total, total)
+        current = sum(c for c, _ in self.layers.values())
+        total = sum(t for _, t in self.layers.values()) or None
+        self.progress.update(self.task, description=f"pulling {image}", completed=current, total=total)
 
 
 def _triage(

@@ -44,6 +44,8 @@ class JobSpec:
     markers: dict[str, str] = field(default_factory=dict)
     required: bool = True
     index: int | None = None  # position in the unsharded plan
+    patchset: str | None = None  # the patchset the image must carry (checked before it runs; None: not checked)
+    audit: dict | None = None  # the build record's kernel audit of the image (evidence, copied into the result)
 
 
 @dataclass
@@ -109,7 +111,7 @@ def judge(spec: JobSpec, out: RunOutcome, runner: str = "") -> JobResult:
         error_lineno=t.error_lineno, exit_code=out.exit_code, timed_out=out.timed_out, log_path=out.log_path,
         duration_s=round(out.duration_s, 3), gpu_ids=list(out.gpu_ids), required=spec.required,
         context=[{"lineno": n, "line": s} for n, s in t.context], notes=list(t.notes),
-        image_id=out.image_id, image_digest=out.image_digest, patchset=labels.get(LABEL["patchset"]),
+        image_id=out.image_id, image_digest=out.image_digest, patchset=labels.get(LABEL["patchset"]), audit=spec.audit,
         upstream=labels.get(LABEL["upstream"]), engine=labels.get(LABEL["engine"]),
         toolchain=Toolchain.model_validate(found) if isinstance(found, dict) else None,
         finished_at=datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z"),
