@@ -63,12 +63,13 @@ def _register() -> None:
     from forgepatch.cli import build as _build
     from forgepatch.cli import fork as _fork
     from forgepatch.cli import gates as _gates
+    from forgepatch.cli import patch as _patch
     from forgepatch.cli import probe as _probe
     from forgepatch.cli import release as _release
     from forgepatch.cli import results as _results
     from forgepatch.cli import smoke as _smoke
 
-    for module in (_apply, _build, _fork, _probe, _smoke, _results, _release, _audit, _gates):
+    for module in (_apply, _build, _fork, _probe, _smoke, _results, _release, _audit, _gates, _patch):
         module.register(app)
     _add_epilogs(app)
 

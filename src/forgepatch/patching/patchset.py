@@ -66,6 +66,10 @@ class Example:
     context: tuple[tuple[str, str], ...] = ()  # other files of the pretend tree
     upstream: bool = False  # the snippet is pristine upstream (accepting gates = absorbed)
     name: str = ""
+    # the example means the arch-gate codemod's fallback: no file of its tree provides the new
+    # predicate, so a local helper is defined (as on 0.5.3). Without it, an example whose run
+    # takes that path fails: its `context` most likely lacks the module the sibling comes from.
+    fallback: bool = False
 
 
 @dataclass
@@ -119,7 +123,7 @@ def patchset_hash(patches: list[Patch]) -> str:
 _SITE_KEYS = {"name", "functions", "modules", "markers", "required", "applies_to", "applies_to_reason",
               "lone", "anywhere", "gates"}
 _IGNORE_KEYS = {"function", "module", "gate", "reason"}
-_EXAMPLE_KEYS = {"before", "after", "arch", "path", "context", "upstream", "name"}
+_EXAMPLE_KEYS = {"before", "after", "arch", "path", "context", "upstream", "name", "fallback"}
 _PATCH_KEYS = {"id", "summary", "arches", "sites", "applies_to", "applies_to_reason", "ignore", "examples",
                "codemod"}
 
@@ -227,7 +231,7 @@ def build_patch(data: dict[str, Any], codemod: Any, path: Path | None = None) ->
         examples.append(Example(
             before=e["before"], after=e.get("after"), arch=arch, path=e.get("path", "example.py"),
             context=tuple(sorted((e.get("context") or {}).items())), upstream=bool(e.get("upstream", False)),
-            name=e.get("name", f"example {i + 1}"),
+            name=e.get("name", f"example {i + 1}"), fallback=bool(e.get("fallback", False)),
         ))
     return Patch(
         id=pid, summary=str(data["summary"]), arches=arches, sites=tuple(sites), codemod=codemod,
