@@ -64,7 +64,9 @@ def toolchain_lines(comb: Combination) -> list[str]:
     return ["toolchain:"] + [f"  {p}: {line}" for p, line in found.items()]
 
 
-def tag_message(comb: Combination, tag: str) -> str:
+def tag_message(comb: Combination, tag: str, ledger: dict[str, str] | None = None) -> str:
+    """The annotated tag's message; ``ledger``: the trailers binding it to its ledger entry
+    (``integrity.tag_trailers``)."""
     img = comb.image
     up = img.upstream
     lines = [f"forgepatch release {comb.pin} {comb.arch}: {len(comb.profiles)} required smoke profile(s) passed", "",
@@ -84,6 +86,7 @@ def tag_message(comb: Combination, tag: str) -> str:
         Trailer.PIN: comb.pin, Trailer.ARCH: comb.arch, Trailer.COMMIT: comb.commit, Trailer.PATCHSET: comb.patchset,
         Trailer.IMAGE: img.id, Trailer.IMAGE_DIGEST: img.digest, Trailer.PROFILES: ",".join(sorted(comb.profiles)),
         Trailer.RESULTS: ",".join(f.sha256 for f in comb.results),
+        **(ledger or {}),
     })
     return "\n".join(lines) + "\n\n" + trailers
 
@@ -110,6 +113,15 @@ def _short(value: Any) -> str:
     return str(value)
 
 
+def _image_record(comb: Combination, validated: str) -> dict[str, Any]:
+    """The image as the entry records it; its tags without the ``validated`` tag the
+    release itself sets (so an interrupted release's entry can be rebuilt exactly)."""
+    doc = {**comb.image.to_json(), "validated": validated}
+    if isinstance(doc.get("tags"), list):
+        doc["tags"] = [t for t in doc["tags"] if t != validated]
+    return doc
+
+
 def make_entry(comb: Combination, tag: TagFacts, validated: str, archives: dict[str, str], repo, now: datetime) -> dict[str, Any]:
     toolchains = {p: (tc.model_dump(mode="json") if tc else None) for p, tc in comb.toolchains().items()}
     common = list({json.dumps(v, sort_keys=True) for v in toolchains.values()})
@@ -117,7 +129,7 @@ def make_entry(comb: Combination, tag: TagFacts, validated: str, archives: dict[
         "tag": tag.name, "tag_object": tag.object,
         "pin": comb.pin, "arch": comb.arch, "repo": str(repo.root),
         "branch": comb.branch, "commit": comb.commit, "upstream": comb.upstream, "patchset": comb.patchset,
-        "image": {**comb.image.to_json(), "validated": validated},
+        "image": _image_record(comb, validated),
         "toolchain": json.loads(common[0]) if len(common) == 1 else None,
         "profiles": comb.profiles,
         "results": [{"path": str(f.path), "sha256": f.sha256, "archive": archives[f.sha256]} for f in comb.results],
@@ -193,22 +205,36 @@ def _one(inp: Inputs, ledger: Ledger, entries: list[dict[str, Any]], arch: str, 
 
 def _publish(inp: Inputs, ledger: Ledger, out: Outcome, comb: Combination, existing: TagFacts | None) -> Outcome:
     """Write the release (or, with ``existing``, record a tag an interrupted run made)."""
+    from forgepatch.release import integrity
+
     api, now = inp.api, datetime.now(timezone.utc)
     archives = {f.sha256: str(ledger.archive_results(f.data).relative_to(ledger.path.parent)) for f in comb.results}
+    validated = validated_ref(inp.matrix.smoke.image_repo, comb.pin, comb.arch)
+    if existing is not None:  # an interrupted run's tag: its entry is rebuilt exactly, or refused
+        now = ev.parse_time(existing.trailers.get(Trailer.RELEASED_AT, "")) or now
+    # the entry before its tag exists: the tag carries the entry's digest and the chain head
+    draft = make_entry(comb, TagFacts(out.tag, "", comb.commit, True), validated, archives, inp.repo, now)
+    draft["prev"] = ledger.head()
+    trailers = integrity.tag_trailers(draft)
     created = None
     if existing is None:
-        created = inp.repo.create_tag(out.tag, comb.commit, tag_message(comb, out.tag))
+        created = inp.repo.create_tag(out.tag, comb.commit, tag_message(comb, out.tag, trailers))
         if created is None:  # lost a race to a process using another ledger
             existing = inp.repo.tag(out.tag)
             if existing is None or not existing.annotated or tag_identity(existing) != comb.identity():
                 out.reasons.append(Reason("tag-taken", f"tag {out.tag} was just created by another process for a different combination"))
                 return out
+    differ = [k for k, v in trailers.items() if existing is not None and existing.trailers.get(k) != v]
+    if created is None and differ:
+        out.reasons.append(Reason("tag-unrecorded", (
+            f"tag {out.tag} exists (left by an interrupted release?) but its {', '.join(differ)} "
+            f"do(es) not match this release's ledger entry; check it, delete it (git tag -d {out.tag}) and release again")))
+        return out
     facts = created or existing
-    validated = validated_ref(inp.matrix.smoke.image_repo, comb.pin, comb.arch)
     before = ev.resolve_tag(api, validated)
     try:
         ev.set_image_tag(api, comb.image.id, validated)
-        out.entry = ledger.append(make_entry(comb, facts, validated, archives, inp.repo, now))
+        out.entry = ledger.append({**draft, "tag_object": facts.object})
     except BaseException:
         if created is not None:  # roll back the tag this run made (only if it is still ours)
             inp.repo.delete_ref(f"refs/tags/{created.name}", created.object)
