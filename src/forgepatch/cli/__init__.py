@@ -144,6 +144,24 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("forgepatch: interrupted", file=sys.stderr)
         return 130
+    except BaseException as exc:  # the last resort: never a traceback without --debug
+        if debug or isinstance(exc, (SystemExit, GeneratorExit)):
+            raise
+        print(f"forgepatch: error: {last_resort(exc)}", file=sys.stderr)
+        return 2
+
+
+def last_resort(exc: BaseException) -> str:
+    """One line for an exception no service turned into a ForgepatchError: a file-system
+    error names its path, anything else its type (``--debug`` shows the traceback)."""
+    if isinstance(exc, OSError):
+        where = f"{exc.filename}: " if exc.filename is not None else ""
+        what = exc.strerror or str(exc) or type(exc).__name__
+        return " ".join(f"{where}{what}".split())[:500]
+    if isinstance(exc, RecursionError):
+        return "input nested too deeply to process (rerun with --debug for the traceback)"
+    text = " ".join(str(exc).split())[:300]
+    return f"internal error: {type(exc).__name__}" + (f": {text}" if text else "") + " (rerun with --debug for the traceback)"
 
 
 def entry() -> None:  # pragma: no cover - console script shim
