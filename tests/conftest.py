@@ -86,3 +86,42 @@ def world(tmp_path, template_repo, docker_client, base_image, release_images):
     yield w
     release_images.update(w.built)
 
+
+
+# -- registry and a second engine (tests/support/local_registry.py) ----------------------------
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory):
+    """A real registry (Debian docker-registry) on 127.0.0.1:<port>, no auth; stopped by pid."""
+    from support.local_registry import start_registry
+
+    reg = start_registry(tmp_path_factory.mktemp("registry"))
+    yield reg
+    reg.stop()
+
+
+@pytest.fixture(scope="session")
+def auth_registry(tmp_path_factory):
+    """A real registry with htpasswd auth (user ``forgepatch``); stopped by pid."""
+    import uuid
+
+    from support.local_registry import start_registry
+
+    reg = start_registry(tmp_path_factory.mktemp("auth-registry"), "forgepatch", uuid.uuid4().hex)
+    yield reg
+    reg.stop()
+
+
+@pytest.fixture(scope="session")
+def second_engine(docker_client):
+    """A second Docker engine with its own image store (a stand-in GPU host); stopped by pid."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from support.local_registry import start_engine
+
+    root = tempfile.mkdtemp(prefix="fp-engine-")  # short: the engine's sockets live under it
+    engine = start_engine(Path(root))
+    yield engine
+    engine.stop()
+    shutil.rmtree(root, ignore_errors=True)

@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install -q -e '.[test]'
 export FORGEPATCH_TEST_BASE_IMAGE=$(bash tests/support/docker_engine.sh)
+bash tests/support/registry.sh install   # a real registry for the push/pull/release tests
 # strace: the crash tests kill runs at chosen syscalls (-e inject=rename:signal=KILL:when=N)
 if ! command -v strace >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null

@@ -130,6 +130,15 @@ CASES = {
             "CUDA error: an illegal memory access was encountered",
             "[2026-11-30 10:00:50] Capture cuda graph failed: CUDA error: an illegal memory access was encountered",
         ], "open-gpu-kernel-modules #1159", None, "graph capture"),
+    "module-not-found": (
+        [
+            "Traceback (most recent call last):",
+            '  File "<frozen runpy>", line 189, in _run_module_as_main',
+            '  File "<frozen runpy>", line 112, in _get_module_details',
+            '  File "/opt/conda/lib/python3.12/site-packages/sglang/__init__.py", line 5, in <module>',
+            "    from sglang.lang.api import (",
+            "ModuleNotFoundError: No module named 'pybase64'",
+        ], "SGLang #13276", "install the missing package", "start-up"),
 }
 
 
@@ -244,3 +253,19 @@ def test_triage_cli_prints_the_field_knowledge(tmp_path):
 
 def test_advice_of_unknown_or_missing_ids_is_empty():
     assert advice(None) == "" and advice("no-such-signature") == ""
+
+
+def test_sglang_not_importable_is_named_not_an_exit_code(tmp_path):
+    """What `python3 -m sglang.launch_server` really prints where no sglang is importable (the
+    local runner's old failure, reported as `exit code 1 in start-up`): the table names it."""
+    proc = subprocess.run([sys.executable, "-I", "-m", "sglang.launch_server", "--model-path", "m"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    if proc.returncode == 0 or "No module named 'sglang'" not in proc.stderr:
+        pytest.skip("sglang is importable by this interpreter")
+    lines = ["[forgepatch-server] launching python3 -m sglang.launch_server"] + proc.stderr.splitlines()
+    t = triage_lines(lines, exit_code=proc.returncode)
+    assert t.failed and t.signature == "module-not-found" and t.label == "No module named 'sglang'"
+    assert t.failing_phase == "start-up" and "No module named 'sglang'" in t.error_line
+    assert "install the missing package" in t.advice
+    res = _result("tp1", lines, proc.returncode)
+    assert report.cell(res) == "**FAIL**: No module named 'sglang' in start-up"

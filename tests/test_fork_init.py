@@ -19,18 +19,19 @@ def _shipped_dockerfile():
 
 def test_init_scaffolds_a_valid_matrix_patches_and_dockerfile(nightly_clone, capsys, monkeypatch):
     from forgepatch.config import load_matrix
-    from forgepatch.paths import SHIPPED_DOCKERFILE, SHIPPED_PATCHES
+    from forgepatch.paths import SHIPPED_DOCKERFILE, SHIPPED_MATRIX
 
     repo = nightly_clone
     rc, out, err = run_inprocess(capsys, "init", "--dir", repo, "--json")
     assert rc == 0, err
     written = {str(p) for p in json.loads(out)["written"]}
-    patch = SHIPPED_PATCHES / "sm120-flashinfer-allreduce-fusion.toml"
-    assert written == {str(repo / "matrix.toml"), str(repo / "patches" / patch.name), str(repo / "dockerfiles" / "Dockerfile")}
-    assert (repo / "patches" / patch.name).read_bytes() == patch.read_bytes()
+    assert written == {str(repo / "matrix.toml"), str(repo / "patches" / "README.md"), str(repo / "dockerfiles" / "Dockerfile")}
+    assert (repo / "matrix.toml").read_bytes() == SHIPPED_MATRIX.read_bytes()  # one matrix, no template copy
     assert (repo / "dockerfiles" / "Dockerfile").read_bytes() == SHIPPED_DOCKERFILE.read_bytes()
     text = (repo / "matrix.toml").read_text()
-    matrix = load_matrix(repo / "matrix.toml", repo / "patches")
+    from forgepatch.patching.library import PatchLibrary
+
+    matrix = load_matrix(repo / "matrix.toml", PatchLibrary(repo / "patches"))
     assert matrix.arches["sm120"].patches == ["sm120-flashinfer-allreduce-fusion"]
     for table in ("[upstream]", "[pins.", "[arches.", "[profiles.", "[smoke]", "[release]"):
         line = text.index(table)
@@ -56,5 +57,5 @@ def test_init_refuses_to_overwrite(tmp_path, capsys):
     assert run_inprocess(capsys, "init", "--dir", other)[0] == 0
     before = {p: p.read_bytes() for p in other.rglob("*") if p.is_file()}
     rc, out, err = run_inprocess(capsys, "init", "--dir", other)
-    assert rc == 2 and "patches/" in err and "dockerfiles/Dockerfile" in err
+    assert rc == 2 and "patches/README.md" in err and "dockerfiles/Dockerfile" in err
     assert {p: p.read_bytes() for p in other.rglob("*") if p.is_file()} == before

@@ -4,6 +4,7 @@ package, and works from any directory."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import venv
@@ -31,7 +32,7 @@ def test_wheel_install_works_from_any_directory(tmp_path):
     for data in ("forgepatch/data/matrix.toml", "forgepatch/data/dockerfiles/Dockerfile",
                  "forgepatch/data/patches/sm120-flashinfer-allreduce-fusion.toml",
                  "forgepatch/data/patches/sm103-ep-cuda-graph-guard.py", "forgepatch/data/dockerfiles/install.py",
-                 "forgepatch/templates/init-matrix.toml", "forgepatch/inimage/probe.py", "forgepatch/inimage/server.py",
+                 "forgepatch/inimage/probe.py", "forgepatch/inimage/server.py",
                  "forgepatch/combination/__init__.py", "forgepatch/combination/results.py"):
         assert data in names, data
     env_dir = tmp_path / "venv"
@@ -57,4 +58,11 @@ def test_wheel_install_works_from_any_directory(tmp_path):
     init = subprocess.run([py, "-m", "forgepatch", "init", "--json"], cwd=work, capture_output=True, text=True)
     assert init.returncode == 0, init.stderr
     assert (work / "dockerfiles" / "Dockerfile").read_bytes() == (ROOT / "dockerfiles" / "Dockerfile").read_bytes()
-    assert (work / "patches" / "sm120-flashinfer-allreduce-fusion.toml").is_file()
+    # init copies the shipped matrix (every shipped arch) and leaves patches/ to the fork's own
+    assert (work / "matrix.toml").read_bytes() == (ROOT / "matrix.toml").read_bytes()
+    assert [p.name for p in (work / "patches").iterdir()] == ["README.md"]
+    listed = subprocess.run([py, "-m", "forgepatch", "patch", "list", "--json"], cwd=work,
+                            capture_output=True, text=True)
+    assert listed.returncode == 0, listed.stderr
+    assert {d["id"]: d["origin"] for d in json.loads(listed.stdout)} == {
+        "sm120-flashinfer-allreduce-fusion": "shipped", "sm103-ep-cuda-graph-guard": "shipped"}

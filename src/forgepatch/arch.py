@@ -64,14 +64,37 @@ ARCHES: dict[str, Arch] = {
 
 
 def get_arch(name: str) -> Arch:
-    """Look up an arch by ``sm120`` / ``sm_120`` / ``12.0``; BadInput naming the choices."""
-    key = name.strip().lower().replace("sm_", "sm")
-    if key not in ARCHES:
-        for arch in ARCHES.values():
-            if key in ("%d.%d" % arch.cc, arch.torch_arch):
-                return arch
-        raise BadInput(f"--arch: unknown arch {name!r} (known: {', '.join(ARCHES)})")
-    return ARCHES[key]
+    """Look up an arch by its name; one spelling rule for every command (``--arch``):
+
+    case is ignored, ``sm_120`` is ``sm120``, and the compute capability (``12.0``) or an
+    arch-specific / family token (``12.0a``, ``sm_120a``, ``sm120f``) names its arch. Anything
+    else is BadInput naming the choices, with the closest one as a suggestion."""
+    canonical = normalise_arch(name)
+    if canonical is None:
+        import difflib
+
+        key = str(name).strip().lower().replace("_", "").replace("-", "")
+        scores = {a: difflib.SequenceMatcher(None, key, a).ratio() for a in ARCHES}
+        best = max(scores.values())
+        close = [a for a, score in scores.items() if score == best and score >= 0.6]
+        hint = f"; did you mean {' or '.join(close)}?" if close else ""
+        raise BadInput(f"--arch: unknown arch {name!r} (known: {', '.join(ARCHES)}){hint}")
+    return ARCHES[canonical]
+
+
+def normalise_arch(name: str) -> str | None:
+    """The registry name ``name`` spells (see :func:`get_arch`), or None."""
+    key = str(name).strip().lower()
+    if key.startswith("sm_"):
+        key = "sm" + key[3:]
+    if key in ARCHES:
+        return key
+    if key.startswith("sm") and key[-1:] in ("a", "f") and key[:-1] in ARCHES:
+        return key[:-1]
+    for arch in ARCHES.values():
+        if key in ("%d.%d" % arch.cc, arch.torch_arch, "%d.%df" % arch.cc):
+            return arch.name
+    return None
 
 
 def arch_for_cc(cc: tuple[int, int]) -> Arch | None:

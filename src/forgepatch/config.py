@@ -62,6 +62,7 @@ class ArchConfig(_Strict):
     extra_wheels: list[str] = Field(default_factory=list)
     profiles: list[str] = Field(default_factory=list)  # smoke profiles to run for this arch
     pins: list[str] | None = None  # None: every pin
+    audit: bool = False  # `forgepatch build` fails when a CUDA library of the image has no code for the arch
 
 
 class Profile(_Strict):
@@ -237,8 +238,9 @@ def parse_toml(path: Path, text: str) -> dict[str, Any]:
         raise BadInput(located(path, int(m.group(1)) if m else None, f"invalid TOML: {exc}")) from None
 
 
-def load_matrix(path: Path, patches_dir: Path | None = None) -> Matrix:
-    """Parse and validate; with ``patches_dir``, also check that every named patch exists."""
+def load_matrix(path: Path, patches_dir=None) -> Matrix:
+    """Parse and validate; with ``patches_dir`` (a ``PatchLibrary`` or a directory), also
+    check that every named patch exists."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -258,12 +260,12 @@ def load_matrix(path: Path, patches_dir: Path | None = None) -> Matrix:
         raise BadInput(located(path, key_line(text, loc), f"{key}: {msg}")) from exc
     matrix.path = path
     if patches_dir is not None:
-        known = {p.stem for p in patches_dir.glob("*.toml")} | {
-            p.stem for p in patches_dir.glob("*.py") if not p.name.startswith("_")
-        }
+        from forgepatch.patching.library import as_library
+
+        library = as_library(patches_dir)
         for name, arch in matrix.arches.items():
             for patch in arch.patches:
-                if patch not in known:
+                if patch not in library.files:
                     loc = ("arches", name, "patches")
-                    raise BadInput(located(path, key_line(text, loc), f"arches.{name}.patches: unknown patch {patch!r}"))
+                    raise BadInput(located(path, key_line(text, loc), f"arches.{name}.patches: {library.missing(patch)}"))
     return matrix

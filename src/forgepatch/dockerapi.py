@@ -55,7 +55,8 @@ def image_labels(api_client: Any, ref: str) -> dict[str, str]:
     return dict(((api_client.inspect_image(ref).get("Config") or {}).get("Labels")) or {})
 
 
-def repo_digest(inspected: dict[str, Any]) -> str | None:
-    """The first registry digest (``repo@sha256:...``) of an inspected image, if it has one."""
-    digests = inspected.get("RepoDigests") or []
+def repo_digest(inspected: dict[str, Any], repo: str | None = None) -> str | None:
+    """The first registry digest (``repo@sha256:...``) of an inspected image, if it has one
+    (with ``repo``: a digest in that repository only)."""
+    digests = [d for d in inspected.get("RepoDigests") or [] if repo is None or d.partition("@")[0] == repo]
     return digests[0] if digests else None

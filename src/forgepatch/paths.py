@@ -27,7 +27,6 @@ SHIPPED_PATCHES = SHIPPED_ROOT / "patches"
 SHIPPED_DOCKERFILES = SHIPPED_ROOT / "dockerfiles"
 SHIPPED_DOCKERFILE = SHIPPED_DOCKERFILES / "Dockerfile"
 IMAGE_INSTALLER = SHIPPED_DOCKERFILES / "install.py"
-INIT_MATRIX = PACKAGE_DIR / "templates" / "init-matrix.toml"
 
 
 def cache_dir(*parts: str) -> Path:
@@ -48,11 +47,3 @@ def default_config(explicit: Path | None = None) -> Path:
         return explicit
     local = Path("matrix.toml")
     return local if local.is_file() else SHIPPED_MATRIX
-
-
-def default_patches(explicit: Path | None = None) -> Path:
-    """``--patches`` if given, else ``./patches``, else the shipped patches."""
-    if explicit is not None:
-        return explicit
-    local = Path("patches")
-    return local if local.is_dir() else SHIPPED_PATCHES

@@ -33,6 +33,8 @@ class SourceTree:
     version: str | None
     revision: str | None  # wheel sha256 or full commit SHA
     pristine: bool  # an unmodified upstream tree (gates found accepting = absorbed upstream)
+    origin: Path | None = None  # the wheel (pypi) or the git directory (git) the tree came from
+    subdir: str | None = None  # git: the package directory inside the repository
 
 
 # -- PyPI ---------------------------------------------------------------------------------
@@ -44,7 +46,9 @@ def pypi_wheel(version: str) -> Path:
     found = sorted(root.glob(f"{PACKAGE}-*.whl"))
     if found:
         return found[0]
-    with tempfile.TemporaryDirectory(dir=root) as tmp:
+    from forgepatch import progress
+
+    with tempfile.TemporaryDirectory(dir=root) as tmp, progress.task(f"downloading {PACKAGE}=={version} from PyPI"):
         proc = subprocess.run(
             [sys.executable, "-m", "pip", "download", "--no-deps", "--no-cache-dir", "-q",
              "--disable-pip-version-check", "-d", tmp, f"{PACKAGE}=={version}"],
@@ -79,13 +83,15 @@ def wheel_sha256(wheel: Path) -> str:
 
 def extract_py(wheel: Path, dest: Path) -> Path:
     """Extract the ``.py`` files of the wheel's package into ``dest/sglang``; returns it."""
+    from forgepatch import progress
+
     with zipfile.ZipFile(wheel) as zf:
-        for info in zf.infolist():
-            name = info.filename
-            if name.startswith(f"{PACKAGE}/") and name.endswith(".py") and ".." not in name:
-                target = dest / name
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(zf.read(info))
+        members = [i for i in zf.infolist()
+                   if i.filename.startswith(f"{PACKAGE}/") and i.filename.endswith(".py") and ".." not in i.filename]
+        for info in progress.track(members, f"unpacking the .py files of {wheel.name}"):
+            target = dest / info.filename
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(zf.read(info))
     return dest / PACKAGE
 
 
@@ -100,7 +106,7 @@ def pypi_tree(version: str) -> SourceTree:
             shutil.rmtree(package, ignore_errors=True)
             os.replace(Path(tmp) / PACKAGE, package)
         write_atomic(root / ".complete", sha)
-    return SourceTree(package, f"pypi:{version}", "pypi", version, sha, pristine=True)
+    return SourceTree(package, f"pypi:{version}", "pypi", version, sha, pristine=True, origin=wheel)
 
 
 # -- git ----------------------------------------------------------------------------------
@@ -138,8 +144,10 @@ def git_tree(spec: str, package_dir: str = "python/sglang") -> SourceTree:
         raise BadInput(f"--source: {where}@{rev} holds no SGLang package (looked for {package_dir}/ and sglang/)")
     root = cache_dir("trees", f"git-{commit}")
     if not (root / ".complete").exists():
+        from forgepatch import progress
+
         with tempfile.TemporaryDirectory(dir=root.parent) as tmp:
-            for rel in tree.paths():
+            for rel in progress.track(tree.paths(), f"exporting {commit[:12]} from git"):
                 if rel.endswith(".py"):
                     target = Path(tmp, PACKAGE, rel)
                     target.parent.mkdir(parents=True, exist_ok=True)
@@ -149,7 +157,52 @@ def git_tree(spec: str, package_dir: str = "python/sglang") -> SourceTree:
         write_atomic(root / ".complete", commit)
     version = tree.version()
     repo.close()
-    return SourceTree(root / PACKAGE, f"git:{where}@{commit[:12]}", "git", version, commit, True)
+    return SourceTree(root / PACKAGE, f"git:{where}@{commit[:12]}", "git", version, commit, True,
+                      origin=where_path, subdir=tree.package_dir)
+
+
+# -- the files next to the sources --------------------------------------------------------
+def copy_non_py(src: SourceTree, dest: Path) -> int:
+    """Write the package's files other than ``.py`` (configs, kernels' ``.so``, data) into
+    ``dest`` (an ``sglang/`` directory), from the wheel or the git objects the cached tree was
+    extracted from; returns how many. A directory source's tree already holds them: 0."""
+    from forgepatch import progress
+
+    dest = Path(dest)
+    count = 0
+    if src.kind == "pypi" and src.origin is not None:
+        with zipfile.ZipFile(src.origin) as zf:
+            members = [i for i in zf.infolist() if i.filename.startswith(f"{PACKAGE}/") and not i.is_dir()
+                       and not i.filename.endswith(".py") and ".." not in i.filename.split("/")]
+            with progress.task(f"unpacking {len(members)} non-.py file(s) of {src.origin.name}",
+                               total=sum(i.file_size for i in members), unit="bytes") as bar:
+                for info in members:
+                    target = dest / info.filename[len(PACKAGE) + 1:]
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    with zf.open(info) as fh, open(target, "wb") as out:
+                        shutil.copyfileobj(fh, out, 1 << 20)
+                    mode = (info.external_attr >> 16) & 0o777
+                    if mode & 0o111:
+                        os.chmod(target, mode)
+                    bar.advance(info.file_size)
+                    count += 1
+    elif src.kind == "git" and src.origin is not None and src.subdir is not None:
+        from forgepatch.fork.gitrepo import GitRepo
+
+        repo = GitRepo(src.origin, flag="--source")
+        try:
+            tree = repo.tree(src.revision, src.subdir)
+            rels = [rel for rel in tree.blobs if not rel.endswith(".py")]
+            with progress.task(f"reading {len(rels)} non-.py file(s) from git", total=len(rels)) as bar:
+                for rel, data in zip(rels, repo.blobs([tree.blobs[r] for r in rels])):
+                    target = dest / rel
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_bytes(data)
+                    bar.advance(1)
+                    count += 1
+        finally:
+            repo.close()
+    return count
 
 
 # -- local directory ----------------------------------------------------------------------
@@ -179,16 +232,49 @@ def read_version(package: Path) -> str | None:
     return None
 
 
-def resolve_source(src: str | None, matrix=None) -> SourceTree:
-    """SRC = ``pypi:VERSION`` | ``git:PATH_OR_URL@REV`` | DIR; None = the matrix's default pin."""
+_VERSION_LIKE = re.compile(r"v?[0-9]+(\.[0-9]+)+([.-]?(post|dev|rc|a|b)[0-9]*)*")
+
+
+def pin_name(src: str, matrix=None) -> str | None:
+    """``src`` read as a pin name of the matrix: a SRC without a ``pypi:``/``git:`` prefix that
+    is no existing path and names a pin (a directory of that name wins)."""
+    if matrix is None or src.startswith(("pypi:", "git:")) or Path(src).exists():
+        return None
+    return src if src in getattr(matrix, "pins", {}) else None
+
+
+def source_spec(src: str | None, matrix=None) -> str:
+    """The SRC string ``src`` stands for: None is the default pin, a pin name is its source."""
     if src is None:
         if matrix is None:
             raise BadInput("--source: no source given and no matrix.toml default pin")
-        _, pin = matrix.pin(None)
-        src = pin.source
+        return matrix.pin(None)[1].source
+    name = pin_name(src, matrix)
+    return matrix.pins[name].source if name else src
+
+
+def resolve_source(src: str | None, matrix=None) -> SourceTree:
+    """SRC = ``pypi:VERSION`` | ``git:PATH_OR_URL@REV`` | DIR | a pin name; None = the
+    matrix's default pin."""
+    src = source_spec(src, matrix)
     if src.startswith("pypi:"):
         return pypi_tree(src[5:])
     if src.startswith("git:"):
         package_dir = matrix.upstream.package_dir if matrix is not None else "python/sglang"
         return git_tree(src[4:], package_dir)
+    if not Path(src).exists():
+        raise BadInput(_not_a_source(src, matrix))
     return dir_tree(Path(src))
+
+
+def _not_a_source(src: str, matrix) -> str:
+    """The one-line message for a SRC that is no prefix, no path and no pin, with a hint."""
+    pins = list(getattr(matrix, "pins", {}) or {})
+    if _VERSION_LIKE.fullmatch(src):
+        version = src[1:] if src[0] in "vV" else src
+        hint = f"for the PyPI release write pypi:{version}"
+    else:
+        hint = "SRC is pypi:VERSION, git:PATH_OR_URL@REV, a directory"
+    if pins:
+        hint += f" (or a pin: {', '.join(pins)})" if _VERSION_LIKE.fullmatch(src) else f" or a pin ({', '.join(pins)})"
+    return f"--source: {src!r} is not a directory, a pin or a prefixed source; {hint}"

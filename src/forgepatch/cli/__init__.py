@@ -16,14 +16,32 @@ import typer
 
 from forgepatch.cli import _state
 
+# Shown at the end of every command's --help (the contract of DESIGN.md section 2). "\b"
+# keeps click from re-flowing the lines.
+EXIT_CODES = ("\b\nExit codes:\n"
+              "  0  ok\n"
+              "  1  drift, failed check, failed smoke, refused release\n"
+              "  2  bad input (usage, config, unreadable or unparseable file): one line on stderr\n"
+              "     (--debug shows the traceback)")
+
 app = typer.Typer(
     rich_markup_mode=None,
     name="forgepatch",
     help="Carry architecture patches for SGLang forks as codemods; build, smoke-test and release them.",
+    epilog=EXIT_CODES,
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        import forgepatch
+
+        typer.echo(f"forgepatch {forgepatch.__version__}")
+        raise typer.Exit(0)
 
 
 @app.callback()
@@ -31,6 +49,8 @@ def _globals(
     config: Optional[Path] = typer.Option(None, "--config", help="matrix.toml (default ./matrix.toml, else the shipped one)."),
     patches: Optional[Path] = typer.Option(None, "--patches", help="Patch directory (default ./patches, else the shipped ones)."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
 ) -> None:
     _state.STATE.config_path = config
     _state.STATE.patches_dir = patches
@@ -43,13 +63,24 @@ def _register() -> None:
     from forgepatch.cli import build as _build
     from forgepatch.cli import fork as _fork
     from forgepatch.cli import gates as _gates
+    from forgepatch.cli import patch as _patch
     from forgepatch.cli import probe as _probe
     from forgepatch.cli import release as _release
     from forgepatch.cli import results as _results
     from forgepatch.cli import smoke as _smoke
 
-    for module in (_apply, _build, _fork, _probe, _smoke, _results, _release, _audit, _gates):
+    for module in (_apply, _build, _fork, _probe, _smoke, _results, _release, _audit, _gates, _patch):
         module.register(app)
+    _add_epilogs(app)
+
+
+def _add_epilogs(group: typer.Typer) -> None:
+    """Every command's --help ends with the exit codes."""
+    for info in group.registered_commands:
+        info.epilog = info.epilog or EXIT_CODES
+    for sub in group.registered_groups:
+        sub.typer_instance.info.epilog = sub.typer_instance.info.epilog or EXIT_CODES
+        _add_epilogs(sub.typer_instance)
 
 
 _register()
@@ -68,7 +99,16 @@ def main(argv: list[str] | None = None) -> int:
     from forgepatch.errors import ForgepatchError
 
     cexc = _click_exceptions()
-    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    args = argv if argv is not None else sys.argv[1:]
+    debug = "--debug" in args
+    from forgepatch import progress
+
+    if progress.wanted(args, sys.stderr):
+        from forgepatch.cli._ui import make_console
+
+        progress.enable(True, make_console(stderr=True))
+    else:
+        progress.enable(False)
     try:
         # non-standalone typer returns the code of typer.Exit / Ctrl-C (130) instead of raising
         code = app(args=argv, prog_name="forgepatch", standalone_mode=False)

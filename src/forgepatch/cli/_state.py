@@ -15,14 +15,12 @@ class State:
     patches_dir: Path | None = None
     debug: bool = False
 
-    def patches(self) -> Path:
-        from forgepatch.errors import BadInput
-        from forgepatch.paths import default_patches
+    def patches(self):
+        """The patch library: the shipped patches plus ``--patches DIR`` (else ``./patches``),
+        whose patches add to the shipped ones and override them by id."""
+        from forgepatch.patching.library import cli_library
 
-        path = default_patches(self.patches_dir)
-        if not path.is_dir():
-            raise BadInput(f"--patches: {path} is not a directory")
-        return path
+        return cli_library(self.patches_dir)
 
     def matrix(self, check_patches: bool = True):
         """THE matrix loader of every command: ``--config``, else ./matrix.toml, else the
@@ -38,10 +36,19 @@ STATE = State()
 
 
 def print_json(doc: Any) -> None:
+    """THE way a command prints ``--json``: one document on stdout. An object carries
+    ``forgepatch_version`` (which forgepatch wrote it) unless it has one; the two array
+    documents (``pin list``, ``patch list``) keep their shape."""
+    if isinstance(doc, dict) and "forgepatch_version" not in doc:
+        import forgepatch
+
+        doc = {"forgepatch_version": forgepatch.__version__, **doc}
     sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n")
 
 
 def console(stderr: bool = False):
-    from rich.console import Console
+    """The console every command prints with (``cli/_ui.py``: no wrapping off a terminal,
+    ``NO_COLOR`` respected)."""
+    from forgepatch.cli._ui import make_console
 
-    return Console(stderr=stderr, highlight=False)
+    return make_console(stderr=stderr)

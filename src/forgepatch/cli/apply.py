@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from forgepatch.cli._options import arch_option, pin_option, source_option, source_or_pin
 from forgepatch.cli._state import STATE, console, print_json
 
 _STYLE = {"applied": "green", "already-applied": "cyan", "absorbed-upstream": "blue", "ignored": "yellow",
@@ -58,8 +59,45 @@ def _render(run, stderr: bool = False) -> None:
             for c in s.candidates:
                 con.print(f"      candidate: {escape(c)}", soft_wrap=True)
     con.print(escape(_self_check_line(res)), soft_wrap=True)
-    if run.written:
-        con.print(f"wrote {run.written} ({len(res.changed)} file(s) changed)")
+
+
+def _written(run, src: str, in_place: bool) -> None:
+    """What changed and where it is, then what to do next (stdout; only after a write).
+    ``src`` is the source flag the user gave (`` --source X`` / `` --pin P`` / empty)."""
+    import shlex
+
+    from rich.markup import escape
+
+    res = run.result
+    con = console()
+    n = len(res.changed)
+    files = run.extra.get("files_written")
+    shown = _shown(run.written)
+    where = escape(str(shown))
+    if in_place:
+        con.print(f"patched {where} in place: {n} file(s) changed")
+    else:
+        con.print(f"wrote {where}: a complete copy of the package ({files} files), {n} of them changed:")
+    for rel in sorted(res.changed):
+        con.print(f"  {escape(str(shown / rel))}", soft_wrap=True)
+    arch = res.arch
+    steps = [("see the changes as a diff", f"forgepatch apply --arch {arch}{src} --diff")]
+    if not in_place:
+        steps.append(("use it", f"PYTHONPATH={shlex.quote(str(shown.parent))} python -c 'import sglang'"))
+        steps.append(("patch your checkout instead", f"forgepatch apply --arch {arch} --source PATH/TO/sglang --in-place"))
+    steps += [("commit it to a fork branch", f"forgepatch fork --arch {arch} --repo PATH/TO/sglang --rev REV"),
+              ("build an image", f"forgepatch build --arch {arch}{src}")]
+    con.print("next:")
+    for what, cmd in steps:
+        con.print(f"  {what:<28} {escape(cmd)}", soft_wrap=True)
+
+
+def _shown(path: Path) -> Path:
+    """``path`` relative to the working directory when it is under it (shorter to read)."""
+    try:
+        return path.relative_to(Path.cwd().resolve())
+    except ValueError:
+        return path
 
 
 def _self_check_line(res) -> str:
@@ -105,15 +143,14 @@ def _failure_message(res) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    patch_app = typer.Typer(rich_markup_mode=None, help="Inspect and test patch files.", no_args_is_help=True)
-    app.add_typer(patch_app, name="patch")
-
     @app.command()
     def apply(
-        arch: str = typer.Option(..., "--arch", help="Target arch (sm90, sm100, sm103, sm120, sm121)."),
-        source: Optional[str] = typer.Option(None, "--source", help="pypi:VERSION | git:PATH_OR_URL@REV | DIR (default: the default pin)."),
-        out: Optional[Path] = typer.Option(None, "--out", help="Write the patched package as DIR/sglang/..."),
+        arch: str = arch_option(),
+        source: Optional[str] = source_option(),
+        pin: Optional[str] = pin_option(),
+        out: Optional[Path] = typer.Option(None, "--out", help="Write the patched package (complete: every file of the source) as DIR/sglang/... (default forgepatch-out/ARCH)."),
         in_place: bool = typer.Option(False, "--in-place", help="Patch a local directory source in place."),
+        force: bool = typer.Option(False, "--force", help="--out: replace DIR/sglang even if DIR holds files forgepatch did not write."),
         check: bool = typer.Option(False, "--check", help="Exit 0 iff already in the patched state; write nothing."),
         diff: bool = typer.Option(False, "--diff", help="Print a unified diff of the changes (per-site status on stderr)."),
         as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON document."),
@@ -126,10 +163,14 @@ def register(app: typer.Typer) -> None:
             raise BadInput("--out and --in-place are mutually exclusive")
         if (check or diff) and (out is not None or in_place):
             raise BadInput("--check/--diff write nothing: drop --out/--in-place")
+        if force and (in_place or check or diff):
+            raise BadInput("--force only applies to --out")
         matrix = STATE.matrix()
+        source = source_or_pin(source, pin, matrix)
         if out is None and not in_place and not check and not diff:
             out = Path("forgepatch-out") / arch
-        run = apply_arch(arch, source, out, matrix, STATE.patches(), in_place=in_place, check=check, diff=diff)
+        run = apply_arch(arch, source, out, matrix, STATE.patches(), in_place=in_place, check=check, diff=diff,
+                         force=force)
         if as_json:
             print_json(run.to_json())
         elif diff:
@@ -137,6 +178,11 @@ def register(app: typer.Typer) -> None:
             typer.echo(run.diff, nl=False)
         else:
             _render(run)
+            if run.written:
+                import shlex
+
+                _written(run, f" --pin {shlex.quote(pin)}" if pin else f" --source {shlex.quote(source)}" if source else "",
+                         in_place)
             if check and not run.result.drift:
                 n = len(run.result.changed)
                 console().print(f"would change {n} file(s)" if n else "already patched")
@@ -147,8 +193,9 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def lint(
-        arch: str = typer.Option(..., "--arch", help="Target arch."),
-        source: Optional[str] = typer.Option(None, "--source", help="pypi:VERSION | git:PATH_OR_URL@REV | DIR."),
+        arch: str = arch_option(),
+        source: Optional[str] = source_option(),
+        pin: Optional[str] = pin_option(),
         as_json: bool = typer.Option(False, "--json", help="Print findings as JSON."),
     ) -> None:
         """After patching (in memory), list gates of the same feature that still reject the arch."""
@@ -158,7 +205,8 @@ def register(app: typer.Typer) -> None:
         from forgepatch.patching.model import Status
         from forgepatch.patching.service import lint_arch
 
-        result, src, found = lint_arch(arch, source, STATE.matrix(), STATE.patches())
+        matrix = STATE.matrix()
+        result, src, found = lint_arch(arch, source_or_pin(source, pin, matrix), matrix, STATE.patches())
         findings = [(pid, loc) for pid, loc in found if loc.status is Status.INCOMPLETE]
         ignored = [(pid, loc) for pid, loc in found if loc.status is Status.IGNORED]
 
@@ -182,37 +230,3 @@ def register(app: typer.Typer) -> None:
             raise Failure(_failure_message(result))
         if findings:
             raise typer.Exit(1)
-
-    @patch_app.command("test")
-    def patch_test(ids: list[str] = typer.Argument(None, help="Patch ids (default: all).")) -> None:
-        """Run the patches' before/after examples (Fixit-style)."""
-        from forgepatch.patching.patchset import load_patches, patch_files
-        from forgepatch.patching.service import run_examples
-
-        pdir = STATE.patches()
-        patches = load_patches(pdir, ids or list(patch_files(pdir)))
-        con = console()
-        failed = 0
-        for pid, name, error in run_examples(patches):
-            if error:
-                failed += 1
-                con.print(f"FAIL {pid}: {name}\n{error}", markup=False)
-            else:
-                con.print(f"ok   {pid}: {name}", markup=False)
-        if failed:
-            raise typer.Exit(1)
-
-    @patch_app.command("list")
-    def patch_list(as_json: bool = typer.Option(False, "--json")) -> None:
-        """List the patches in the patch directory."""
-        from forgepatch.patching.patchset import load_patches, patch_files
-
-        pdir = STATE.patches()
-        patches = load_patches(pdir, list(patch_files(pdir)))
-        docs = [{"id": p.id, "summary": p.summary, "arches": list(p.arches), "applies_to": p.applies_to,
-                 "sites": [s.name for s in p.sites], "examples": len(p.examples), "file": str(p.path)} for p in patches]
-        if as_json:
-            print_json(docs)
-            return
-        for d in docs:
-            typer.echo(f"{d['id']}  [{', '.join(d['arches'])}]  {d['applies_to'] or 'all versions'}  sites: {', '.join(d['sites'])}  — {d['summary']}")

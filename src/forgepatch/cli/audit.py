@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+from forgepatch.cli._options import arch_option
 from forgepatch.cli._state import console, print_json
 
 STYLES = {"sass": "green", "ptx-jit": "cyan", "partial": "yellow", "none": "bold red", "unreadable": "bold red"}
@@ -18,7 +19,7 @@ def register(app: typer.Typer) -> None:
 
 
 def audit(
-    arch: str = typer.Option(..., "--arch", help="The arch the kernels must run on (sm90, sm100, sm103, sm120, sm121)."),
+    arch: str = arch_option(help="The arch the kernels must run on (sm90, sm100, sm103, sm120, sm121; sm_120 is sm120)."),
     image: Optional[str] = typer.Option(None, "--image", help="A local image (name or ID); read through the engine, never run."),
     directory: Optional[Path] = typer.Option(None, "--dir", help="A directory (e.g. a site-packages) read in place."),
     strict: bool = typer.Option(False, "--strict", help="Also fail libraries some of whose fatbins lack code for ARCH."),
@@ -101,14 +102,16 @@ def render_table(report) -> None:
 
 
 class _Progress:
-    """A rich progress display on stderr, only when stderr is a terminal."""
+    """A rich progress display on stderr, only when progress is on (``forgepatch.progress``)."""
 
     def __init__(self):
         self.progress = None
         self.task = None
 
     def __enter__(self) -> "_Progress":
-        if sys.stderr.isatty():
+        from forgepatch import progress
+
+        if progress.enabled():  # stderr is a terminal and no --json
             from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 
             self.progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),

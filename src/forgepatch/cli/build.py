@@ -7,6 +7,7 @@ from typing import List, Optional
 
 import typer
 
+from forgepatch.cli._options import arch_list_option, arch_option, source_option
 from forgepatch.cli._state import STATE, console, print_json
 
 
@@ -16,23 +17,35 @@ def register(app: typer.Typer) -> None:
 
 
 def build(
-    arch: str = typer.Option(..., "--arch", help="Target arch (sm103, sm120, ...)."),
-    source: Optional[str] = typer.Option(None, "--source", help="pypi:VERSION | git:PATH_OR_URL@REV | DIR (default: the pin)."),
+    arch: str = arch_option(),
+    source: Optional[str] = source_option(),
     pin: Optional[str] = typer.Option(None, "--pin", help="Pin name for tags/labels (default: matrix default_pin)."),
     base_image: Optional[str] = typer.Option(None, "--base-image", help="Base image (default: arches.<arch>.base_image)."),
     context_dir: Optional[Path] = typer.Option(None, "--context-dir", help="Where to assemble the build context."),
     force: bool = typer.Option(False, "--force", help="Rebuild even if an image with this content hash exists (no layer cache)."),
+    push: bool = typer.Option(False, "--push", help="Push the content-addressed tag to the registry of [smoke] image_repo (a no-op when it has that content)."),
+    record: Optional[Path] = typer.Option(None, "--record", help="Write/update this build record (image, digest, audit) for `smoke --builds`."),
+    audit: bool = typer.Option(False, "--audit", help="Fail the build when a CUDA library of the image has no code for the arch (also arches.<arch>.audit)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document on stdout."),
 ) -> None:
     """Build the per-arch image: patched SGLang overlay + probe on the base image."""
+    from forgepatch.images import ship
     from forgepatch.images.build import BuildFailed, base_image_id, build_image, connect
     from forgepatch.images.prepare import default_context_dir, prepare, resolve_target
 
     matrix = STATE.matrix()
     target = resolve_target(matrix, arch, pin=pin, source=source, base_image=base_image)
+    audit = audit or matrix.arch(target.arch.name).audit
+    if record is not None:
+        ship.check_record_path(record)
     api = connect()  # fail fast, before patching: engine down / base image missing -> exit 2
     base_image_id(api, target.base_image)
+    if push:  # registry unreachable / credentials refused -> exit 2 before anything is built
+        ship.preflight_push(target.repo)
     err = console(stderr=True)
+    warning = ship.moving_base(api, target.base_image)
+    if warning:
+        err.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
     with err.status(f"patching {target.source} for {target.arch.name} and assembling the context"):
         prepared = prepare(target, matrix, STATE.patches(), context_dir)
     ctx_dir = context_dir or default_context_dir(target.pin, target.arch.name)
@@ -46,6 +59,19 @@ def build(
                 err.print(f"  | {line}", markup=False, highlight=False, soft_wrap=True)
             raise
     result.apply = prepared.apply
+    summary = None
+    if audit:
+        with err.status(f"auditing the CUDA kernels of {result.tags[0]} for {target.arch.name}"):
+            summary = ship.audit(api, result, target.arch)
+        result.audit = summary.model_dump(mode="json")
+        if summary.verdict != "pass":
+            raise ship.audit_failure(summary, result.tags[0])
+    if push:
+        with _PushProgress(err, result.tags[0]) as progress:
+            pushed = ship.push(api, result, progress.event)
+        result.digest, result.uploaded, result.push_seconds = pushed.digest, pushed.uploaded, pushed.seconds
+    if record is not None:
+        ship.record(record, result, summary)
     if as_json:
         print_json(result.to_json())
         return
@@ -56,13 +82,22 @@ def build(
              f"  also    {', '.join(result.tags[1:])}"]
     if not result.cache_hit:
         lines += [f"  layers rebuilt: {len(result.rebuilt_steps)} of {layers}", f"  log     {result.log}"]
+    if result.audit:
+        from forgepatch.combination.records import AuditSummary
+
+        lines.append(f"  audit   {AuditSummary.model_validate(result.audit).line()}")
+    if push:
+        how = "pushed" if result.uploaded else "already in the registry, nothing uploaded"
+        lines.append(f"  digest  {result.digest}  ({how})")
+    if record is not None:
+        lines.append(f"  record  {record}")
     for line in lines:
         out.print(line, soft_wrap=True)
 
 
 def bake(
     out: Path = typer.Option(Path("docker-bake.json"), "--out", help="Bake file to write."),
-    arch: Optional[List[str]] = typer.Option(None, "--arch", help="Only these arches (repeatable; default: all configured)."),
+    arch: Optional[List[str]] = arch_list_option(help="Only these arches (repeatable; default: all configured)."),
     pin: Optional[List[str]] = typer.Option(None, "--pin", help="Only these pins (repeatable; default: each arch's pins)."),
     contexts: Optional[Path] = typer.Option(None, "--contexts", help="Where build contexts go (default: <out dir>/bake-contexts)."),
     as_json: bool = typer.Option(False, "--json", help="Print the bake document on stdout too."),
@@ -120,3 +155,35 @@ class _Progress:
             self.progress.update(self.task, description=f"{self.step}  [dim]{escape(data['line'][:50])}[/dim]")
         elif kind == "cache-hit":
             self.progress.update(self.task, description="cache hit", total=1, completed=1)
+
+
+class _PushProgress:
+    """Bytes pushed per layer (stderr; transient)."""
+
+    def __init__(self, con, ref: str):
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn(),
+                                 console=con, transient=True)
+        self.task = self.progress.add_task(f"checking the registry for {ref}", total=None)
+        self.layers: dict[str, tuple[int, int]] = {}
+        self.ref = ref
+
+    def __enter__(self):
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.progress.stop()
+
+    def event(self, kind: str, data: dict) -> None:
+        if kind == "push":
+            detail = data.get("progressDetail") or {}
+            if data.get("id") and detail.get("total"):
+                self.layers[data["id"]] = (detail.get("current", 0), detail["total"])
+            elif data.get("id") and data.get("status") in ("Pushed", "Layer already exists"):
+                done = self.layers.get(data["id"], (0, 0))[1]
+                self.layers[data["id"]] = (done, done)
+            current = sum(c for c, _ in self.layers.values())
+            total = sum(t for _, t in self.layers.values()) or None
+            self.progress.update(self.task, description=f"pushing {self.ref}", completed=current, total=total)

@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from forgepatch.cli._options import arch_option
 from forgepatch.cli._state import STATE, console, print_json
 
 pin_app = typer.Typer(rich_markup_mode=None, help="Record SGLang pins (PyPI releases or git revisions) in matrix.toml.", no_args_is_help=True)
@@ -14,13 +15,17 @@ pin_app = typer.Typer(rich_markup_mode=None, help="Record SGLang pins (PyPI rele
 
 @pin_app.command("add")
 def pin_add(
-    name: str = typer.Argument(..., help="Pin name (letters, digits, '_' and '-')."),
-    rev: Optional[str] = typer.Option(None, "--rev", help="A git revision; recorded as its full SHA."),
-    pypi: Optional[str] = typer.Option(None, "--pypi", help="A release on PyPI; recorded with its wheel's sha256."),
-    repo: Path = typer.Option(Path("."), "--repo", help="The git repository --rev is resolved in."),
+    name: str = typer.Argument(..., help="Pin name: a letter or digit, then letters, digits, '.', '_' or '-' (e.g. v0.5.23, nightly-1129)."),
+    rev: Optional[str] = typer.Option(None, "--rev", help="A git revision of --repo (SHA, tag, branch); recorded as its full commit SHA with the package version found there."),
+    pypi: Optional[str] = typer.Option(None, "--pypi", help="An SGLang release on PyPI (e.g. 0.5.23); the wheel is downloaded once and recorded with its sha256."),
+    repo: Optional[Path] = typer.Option(None, "--repo", help="With --rev: the local git checkout it is resolved in (default: the current directory)."),
     json_out: bool = typer.Option(False, "--json", help="Print the pin as JSON."),
 ) -> None:
-    """Add a pin to matrix.toml, resolved so builds are reproducible."""
+    """Add a pin to ./matrix.toml (or --config FILE), resolved so builds are reproducible.
+
+    Give exactly one of --rev or --pypi. The file is edited in place (comments kept) and never
+    the matrix shipped with forgepatch; an existing pin name is refused.
+    """
     from forgepatch.fork.pins import add_pin, editable_config
 
     config = editable_config(STATE.config_path)
@@ -51,7 +56,7 @@ def pin_list(json_out: bool = typer.Option(False, "--json", help="Print the pins
 
 
 def fork_cmd(
-    arch: str = typer.Option(..., "--arch", help="Target arch (sm120, sm103, ...)."),
+    arch: str = arch_option(),
     repo: Path = typer.Option(..., "--repo", help="Git checkout of the SGLang fork."),
     rev: Optional[str] = typer.Option(None, "--rev", help="Upstream revision the branch starts at."),
     pin: Optional[str] = typer.Option(None, "--pin", help="Pin name for the branch (default: a matrix pin with that SHA, else the short SHA)."),
@@ -96,7 +101,7 @@ def _render_fork(result) -> None:
 
 
 def drift_cmd(
-    arch: str = typer.Option(..., "--arch", help="Target arch."),
+    arch: str = arch_option(),
     repo: Path = typer.Option(..., "--repo", help="Git repository holding the revisions."),
     revs: Optional[str] = typer.Option(None, "--revs", help="Comma-separated revisions, reported in this order."),
     since: Optional[str] = typer.Option(None, "--since", help="Walk first-parent history from REV ..."),

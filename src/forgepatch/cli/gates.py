@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from forgepatch.cli._options import SOURCE_HELP, arch_option
 from forgepatch.cli._state import STATE, console, print_json
 
 
@@ -15,9 +16,9 @@ def register(app: typer.Typer) -> None:
 
 
 def gates(
-    source: Optional[str] = typer.Option(None, "--source", help="pypi:VERSION | git:PATH_OR_URL@REV | DIR (default: the matrix's default pin)."),
+    source: Optional[str] = typer.Option(None, "--source", help=SOURCE_HELP),
     against: Optional[str] = typer.Option(None, "--against", help="A second source: show what changed from --source to it."),
-    arch: Optional[str] = typer.Option(None, "--arch", help="With --against: only gates whose verdict for ARCH changed. Alone: gates that never pass on ARCH."),
+    arch: Optional[str] = arch_option(None, help="With --against: only gates whose verdict for ARCH changed. Alone: gates that never pass on ARCH."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON document."),
     markdown: bool = typer.Option(False, "--markdown", help="Print Markdown (for a PR comment)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the inventory memo."),
@@ -27,22 +28,21 @@ def gates(
 
     if json_out and markdown:
         raise BadInput("gates: --json and --markdown are exclusive")
-    arch_name = None
-    if arch is not None:
-        from forgepatch.arch import get_arch
+    arch_name = arch  # the registry name (arch_option)
+    from pathlib import Path
 
-        arch_name = get_arch(arch).name
+    from forgepatch import progress
     from forgepatch.gates.service import source_inventory
 
-    needs_matrix = source is None or any(s and s.startswith("git:") for s in (source, against))
-    matrix = STATE.matrix() if needs_matrix else None  # the default pin, the upstream package dir
-    err = console(stderr=True)
-    with err.status(f"reading the gates of {source or 'the default pin'}"):
+    # the default pin, a pin name, the upstream package dir of a git source: the matrix
+    needs_matrix = source is None or any(s and not s.startswith("pypi:") and not Path(s).exists() for s in (source, against))
+    matrix = STATE.matrix() if needs_matrix else None
+    with progress.task(f"reading the gates of {source or 'the default pin'}"):
         old = source_inventory(source, matrix, memo=not no_cache)
     if against is None:
         _inventory(old, arch_name, json_out, markdown)
         return
-    with err.status(f"reading the gates of {against}"):
+    with progress.task(f"reading the gates of {against}"):
         new = source_inventory(against, matrix, memo=not no_cache)
     from forgepatch.gates.diff import diff
     from forgepatch.gates.render import diff_markdown, diff_table

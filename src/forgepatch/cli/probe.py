@@ -7,9 +7,11 @@ from typing import Optional
 
 import typer
 
+from forgepatch.cli._options import arch_option
+
 
 def probe(
-    arch: Optional[str] = typer.Option(None, "--arch", help="Expected arch (default $FORGEPATCH_ARCH)."),
+    arch: Optional[str] = arch_option(None, help="Expected arch (default $FORGEPATCH_ARCH)."),
     gpus: int = typer.Option(1, "--gpus", help="GPUs to use; >= 2 adds the NCCL all-reduce check."),
     replays: int = typer.Option(20, "--replays", help="Graph replays per check."),
     deadline: float = typer.Option(120.0, "--deadline", help="Seconds each check (and each rank) may take."),
@@ -26,10 +28,6 @@ def probe(
     from forgepatch.inimage.probe_result import format_summary
     from forgepatch.smoke.runners import probe_command, probe_env, run_local
 
-    if arch:
-        from forgepatch.arch import get_arch
-
-        arch = get_arch(arch).name
     if replays < 1:
         raise BadInput(f"--replays must be >= 1 (got {replays})")
     if gpus < 1:

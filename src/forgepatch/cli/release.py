@@ -7,6 +7,7 @@ from typing import List, Optional
 
 import typer
 
+from forgepatch.cli._options import arch_option
 from forgepatch.cli._state import STATE, console, print_json
 
 DEFAULT_RESULTS = Path("smoke-results.json")
@@ -31,7 +32,7 @@ def _ledger(matrix, explicit: Path | None):
 
 
 def _release(
-    arch: Optional[str] = typer.Option(None, "--arch", help="Only this arch."),
+    arch: Optional[str] = arch_option(None, help="Only this arch."),
     pin: Optional[str] = typer.Option(None, "--pin", help="Only this pin."),
     repo: Path = typer.Option(Path("."), "--repo", help="The fork's git repository (holds forgepatch/<arch>/<pin>)."),
     results: Optional[List[Path]] = typer.Option(None, "--results", metavar="FILE", help="Smoke results (`forgepatch smoke --json` output); repeatable. Default ./smoke-results.json."),

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
+from forgepatch.cli._options import arch_option
 from forgepatch.cli._state import STATE, console, print_json
 
 
@@ -21,7 +22,7 @@ def _sigterm_interrupts() -> None:
 
 
 def _smoke(
-    arch: Optional[str] = typer.Option(None, "--arch", help="Only this arch."),
+    arch: Optional[str] = arch_option(None, help="Only this arch."),
     pin: Optional[str] = typer.Option(None, "--pin", help="Only this pin."),
     profile: Optional[str] = typer.Option(None, "--profile", help="Only this flag profile."),
     runner: str = typer.Option("docker", "--runner", help="docker (one container per job) or local (processes here)."),
@@ -33,33 +34,39 @@ def _smoke(
     markdown: Optional[Path] = typer.Option(None, "--markdown", help="Write the Markdown compatibility table here."),
     logs: Optional[Path] = typer.Option(None, "--logs", help="Keep job logs under this directory (default: the cache)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="--bisect: ignore cached results."),
+    builds: Optional[List[Path]] = typer.Option(None, "--builds", metavar="RECORD", help="Build record(s) (`build --push --record`): run each job on the digest built for its arch x pin, pulled if missing."),
     as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
 ) -> None:
     """Launch arch x pin x profile smoke jobs; triage failures by phase and signature."""
     from forgepatch.errors import Failure
     from forgepatch.smoke import report, service
 
+    from rich.markup import escape  # job ids, summaries and flags are data, not markup
+
     _sigterm_interrupts()
     matrix = STATE.matrix(check_patches=False)
     if bisect:
-        rep, run_dir = service.bisect(matrix, runner, bisect, arch, pin, image, logs, cache=not no_cache)
+        rep, run_dir = service.bisect(matrix, runner, bisect, arch, pin, image, logs, cache=not no_cache,
+                                      patches=STATE.patches())
         if as_json:
             print_json({"bisect": rep.to_dict(), "logs": str(run_dir)})
         else:
             out = console()
             for t in rep.trials:
                 flags = " ".join(t.flags) or "(no flags)"
-                out.print(f"  {t.outcome:<10} {'cached' if t.cached else 'ran   '}  {flags}  [dim]{t.summary}[/dim]")
-            out.print(f"{rep.sentence}")
-            out.print(f"[dim]{rep.launches} launch(es), {rep.tests} subset(s) evaluated; logs in {run_dir}[/dim]")
+                out.print(f"  {t.outcome:<10} {'cached' if t.cached else 'ran   '}  {escape(flags)}  [dim]{escape(t.summary)}[/dim]")
+            out.print(escape(rep.sentence))
+            out.print(f"[dim]{rep.launches} launch(es), {rep.tests} subset(s) evaluated; logs in {escape(str(run_dir))}[/dim]")
         return
     out = console(stderr=as_json)
 
     def live(res) -> None:
         colour = {"pass": "green", "skipped": "yellow"}.get(res.status, "red")
-        out.print(f"[{colour}]{res.status:<8}[/{colour}] {res.id}  {'' if res.status == 'pass' else res.summary}")
+        out.print(f"[{colour}]{res.status:<8}[/{colour}] {escape(res.id)}  {'' if res.status == 'pass' else escape(res.summary)}")
 
-    doc, run_dir = service.smoke(matrix, runner, arch, pin, profile, shard, image, jobs, logs, on_result=live)
+    with _PullProgress(console(stderr=True)) as pulling:
+        doc, run_dir = service.smoke(matrix, runner, arch, pin, profile, shard, image, jobs, logs, on_result=live,
+                                     patches=STATE.patches(), builds=builds, on_pull=pulling.event)
     results = doc.jobs
     if junit:
         report.write_text(junit, report.to_junit(results))
@@ -74,6 +81,41 @@ def _smoke(
     if failed:
         raise Failure(f"{len(failed)} of {len(results)} smoke job(s) failed: " + ", ".join(
             f"{r.id} ({r.summary})" for r in failed[:3]) + (" ..." if len(failed) > 3 else ""))
+
+
+class _PullProgress:
+    """``docker pull`` progress of images fetched by digest (stderr; transient; shown only
+    while a pull runs)."""
+
+    def __init__(self, con):
+        self.con = con
+        self.progress = None
+        self.layers: dict[str, tuple[int, int]] = {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.progress is not None:
+            self.progress.stop()
+
+    def event(self, image: str, data: dict) -> None:
+        if self.progress is None:
+            from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                                     TimeElapsedColumn(), console=self.con, transient=True)
+            self.progress.start()
+            self.task = self.progress.add_task(f"pulling {image}", total=None)
+        detail = data.get("progressDetail") or {}
+        if data.get("id") and detail.get("total") and data.get("status") == "Downloading":
+            self.layers[data["id"]] = (detail.get("current", 0), detail["total"])
+        elif data.get("id") and data.get("status") in ("Download complete", "Pull complete", "Already exists"):
+            total = self.layers.get(data["id"], (0, 0))[1]
+            self.layers[data["id"]] = (total, total)
+        current = sum(c for c, _ in self.layers.values())
+        total = sum(t for _, t in self.layers.values()) or None
+        self.progress.update(self.task, description=f"pulling {image}", completed=current, total=total)
 
 
 def _triage(

@@ -99,7 +99,7 @@ def select_revs(repo: GitRepo, revs: list[str] | None, since: str | None, every:
     if revs and since:
         raise BadInput("drift: give --revs or --since, not both")
     if revs:
-        return [(r, repo.resolve(r)) for r in revs]
+        return [(r, repo.resolve(r, "--revs")) for r in revs]
     if not since:
         raise BadInput("drift: give --revs R1,R2,... or --since REV [--every N]")
     if every < 1:
@@ -112,13 +112,17 @@ def select_revs(repo: GitRepo, revs: list[str] | None, since: str | None, every:
 
 
 # -- the scan ------------------------------------------------------------------------------
-def patch_files_digest(patches_dir: Path, ids: list[str]) -> str:
-    """Hash of the patch files of the series (bytes), without loading them."""
+def patch_files_digest(patches_dir, ids: list[str]) -> str:
+    """Hash of the patch files of the series (bytes), without loading them (``patches_dir``:
+    a ``PatchLibrary`` or a directory; the file the library resolves each id to counts)."""
+    from forgepatch.patching.patchset import patch_files
+
+    files = patch_files(patches_dir)
     digest = hashlib.sha256()
     for pid in ids:
-        for path in (patches_dir / f"{pid}.toml", patches_dir / f"{pid}.py"):
-            if path.is_file():
-                digest.update(pid.encode() + b"\0" + path.read_bytes() + b"\0")
+        path = files.get(pid)
+        if path is not None and path.is_file():
+            digest.update(pid.encode() + b"\0" + path.suffix.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
 
 
@@ -153,7 +157,9 @@ def scan(
         steps = []  # (label, tree, version) for the gate inventories
         report = DriftReport(arch.name, ids, "")
         stats = {"revs": len(trees), "tree_memo_hits": 0, "engine_runs": 0}
-        for rev, sha, tree in trees:
+        from forgepatch import progress
+
+        for rev, sha, tree in progress.track(trees, f"patching {len(trees)} revision(s) for {arch.name}"):
             version = tree.version()
             key = f"drift-tree:{memo_base}:{tree.tree_id}:{version}" if memo_base else None
             doc = _memo_get(cache, key)
@@ -174,7 +180,8 @@ def scan(
             report.revs.append(RevHealth(rev, sha, label, version, doc["patches"], memo=from_memo))
             steps.append((label, tree, version))
         if gates:
-            report.gates = gate_steps(steps, patches_dir, ids, cache)
+            with progress.task(f"reading the arch gates of {len(steps)} revision(s)"):
+                report.gates = gate_steps(steps, patches_dir, ids, cache)
         if engine is not None and not report.patchset:
             report.patchset = engine.patchset
         if hasattr(cache, "hits"):
@@ -247,16 +254,37 @@ def health_over_time(report: DriftReport) -> list[PatchHealth]:
 
 # -- rendering -----------------------------------------------------------------------------
 def _candidates(report: DriftReport) -> list[str]:
-    lines = []
-    for rev in report.revs:
+    """One line per distinct drift finding, naming the revisions that share it (the same
+    candidates at twenty nightlies are one line, not twenty)."""
+    groups: dict[str, list[int]] = {}
+    for i, rev in enumerate(report.revs):
         for p in rev.patches:
             for site in p.get("sites", []):
                 if site.get("status") == "drift":
                     cands = ", ".join(site.get("candidates") or []) or "none"
-                    lines.append(f"{rev.label}: {p['patch']} site {site.get('site')}: {site.get('detail') or 'not found'}; candidates: {cands}")
+                    text = f"{p['patch']} site {site.get('site')}: {site.get('detail') or 'not found'}; candidates: {cands}"
                 elif site.get("status") == "incomplete":
-                    lines.append(f"{rev.label}: {p['patch']} incomplete: {site.get('detail')}")
-    return lines
+                    text = f"{p['patch']} incomplete: {site.get('detail')}"
+                else:
+                    continue
+                seen = groups.setdefault(text, [])
+                if i not in seen:
+                    seen.append(i)
+    return [f"{_rev_runs(report, idx)}: {text}" for text, idx in groups.items()]
+
+
+def _rev_runs(report: DriftReport, idx: list[int]) -> str:
+    """Revision labels for positions ``idx`` of the report: consecutive ones as ``A..B``."""
+    runs: list[list[int]] = []
+    for i in idx:
+        if runs and runs[-1][-1] == i - 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    parts = [report.revs[r[0]].label if len(r) == 1 else
+             f"{report.revs[r[0]].label}..{report.revs[r[-1]].label}" for r in runs]
+    text = ", ".join(parts)
+    return f"{text} ({len(idx)} revisions)" if len(idx) > 1 else text
 
 
 def _gate_lines(report: DriftReport, markdown: bool) -> list[str]:
@@ -320,7 +348,9 @@ def render_table(report: DriftReport, console) -> None:
         for pid in report.patch_ids:
             status = rev.status(pid) or "-"
             cells.append(f"[{styles.get(status, '')}]{SHORT.get(status, status)}[/]" if status in styles else status)
-        table.add_row(rev.label, rev.version or "?", *cells)
+        from rich.markup import escape
+
+        table.add_row(escape(rev.label), escape(rev.version or "?"), *cells)
     console.print(table)
     health = Table(title="health over time", title_justify="left")
     for col in ("patch", "first drift", "first absorbed", "advice"):
@@ -329,7 +359,9 @@ def render_table(report: DriftReport, console) -> None:
         advice = "[yellow]retire this patch[/]" if h.retire else ("[red]fix the patch[/]" if h.last_status in ("drift", "incomplete") else "keep")
         health.add_row(h.patch, h.first_drift or "-", h.first_absorbed or "-", advice)
     console.print(health)
+    from rich.markup import escape
+
     for line in _candidates(report):
-        console.print(f"[red]drift[/] {line}")
+        console.print(f"[red]drift[/] {escape(line)}", soft_wrap=True)
     for line in _gate_lines(report, markdown=False):
         console.print(line, markup=False, highlight=False)

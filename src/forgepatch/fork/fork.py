@@ -142,8 +142,11 @@ def fork(
 
         series = load_series(matrix, arch, patches_dir)
         patchset = series.hash
+        from forgepatch import progress
+
         with repo.lock():
-            result = run_series(series, tree, version)
+            with progress.task(f"patching {upstream[:12]} for {arch.name}"):
+                result = run_series(series, tree, version)
             out = ForkResult(arch.name, pin, branch, upstream, version, patchset, "drift", apply=result)
             if result.drift:
                 return out

@@ -131,14 +131,15 @@ class GitRepo:
             raise GitError(f"git {' '.join(args)}: {last}") from None
 
     # -- revisions and refs ----------------------------------------------------------------
-    def resolve(self, rev: str) -> str:
-        """Full commit SHA of ``rev``; BadInput if the repository has no such commit."""
+    def resolve(self, rev: str, flag: str = "--rev") -> str:
+        """Full commit SHA of ``rev``; BadInput naming ``flag`` (the option the user gave it
+        with) if the repository has no such commit."""
         if not rev or rev.startswith("-"):
-            raise BadInput(f"--rev: invalid revision {rev!r}")
+            raise BadInput(f"{flag}: invalid revision {rev!r}")
         try:
             return self.run("rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}")
         except GitError:
-            raise BadInput(f"--rev: unknown revision {rev!r} in {self.root}") from None
+            raise BadInput(f"{flag}: unknown revision {rev!r} in {self.root}") from None
 
     def ref(self, name: str) -> str | None:
         """The commit ``name`` (a full ref or any revision) points at, None if none."""
@@ -167,7 +168,7 @@ class GitRepo:
 
     def first_parent(self, since: str, until: str = "HEAD") -> list[str]:
         """Commits from ``since`` to ``until`` inclusive along first parents, oldest first."""
-        start, end = self.resolve(since), self.resolve(until)
+        start, end = self.resolve(since, "--since"), self.resolve(until, "--until")
         chain = [start] + [c.hexsha for c in self.repo.iter_commits(f"{start}..{end}", first_parent=True, reverse=True)]
         if start != end and len(chain) == 1:
             raise BadInput(f"--since: {since!r} is not an ancestor of {until!r} along first parents")

@@ -1,8 +1,11 @@
 """``forgepatch init``: scaffold matrix.toml, patches/ and dockerfiles/ in a fork checkout.
 
-Writes a commented matrix.toml, the shipped sm120 patch as the example patch, and the
-shipped Dockerfile. Refuses (exit 2) if any of those files already exists; otherwise
-writes each one atomically (temp file + rename).
+Writes the shipped matrix.toml (every shipped arch, its patches and profiles, the default
+pin; commented), an empty ``patches/`` for the fork's own patches (with a README saying
+how they combine with the shipped ones) and the shipped Dockerfile. The scaffold runs as is:
+the matrix names only shipped patches, which every command finds without copying them.
+Refuses (exit 2) if any of those files already exists; otherwise writes each one atomically
+(temp file + rename).
 """
 
 from __future__ import annotations
@@ -11,25 +14,32 @@ from pathlib import Path
 
 from forgepatch.atomic import write_atomic
 from forgepatch.errors import BadInput, Failure
-from forgepatch.paths import INIT_MATRIX
 
-EXAMPLE_PATCH = "sm120-flashinfer-allreduce-fusion"
+PATCHES_README = """\
+# patches/: this fork's own patches
+
+Patches here ADD to the patches shipped with forgepatch (`forgepatch patch list` shows
+every patch and where it comes from). A file here with a shipped patch's id
+(`<id>.toml` or `<id>.py`) overrides that shipped patch.
+
+Start one with `forgepatch patch new ID --arch ARCH --from pypi:0.5.23 --function NAME`,
+check it with `forgepatch patch test ID`, then list ID under `[arches.ARCH] patches` in
+matrix.toml. See "Write your own patch" in forgepatch's README.
+"""
 
 
-def plan(dest: Path) -> dict[Path, Path]:
-    """target file -> shipped source file."""
-    from forgepatch.paths import SHIPPED_DOCKERFILE, SHIPPED_PATCHES
+def plan(dest: Path) -> dict[Path, bytes]:
+    """target file -> its content."""
+    from forgepatch.paths import SHIPPED_DOCKERFILE, SHIPPED_MATRIX
 
-    sources = sorted(p for p in SHIPPED_PATCHES.glob(f"{EXAMPLE_PATCH}.*") if p.suffix in (".toml", ".py"))
-    if not sources:
-        raise Failure(f"init: the shipped example patch {EXAMPLE_PATCH} is missing from {SHIPPED_PATCHES}")
-    if not SHIPPED_DOCKERFILE.is_file():
-        raise Failure(f"init: the shipped Dockerfile is missing ({SHIPPED_DOCKERFILE})")
-    files = {dest / "matrix.toml": INIT_MATRIX}
-    for src in sources:
-        files[dest / "patches" / src.name] = src
-    files[dest / "dockerfiles" / "Dockerfile"] = SHIPPED_DOCKERFILE
-    return files
+    for shipped, what in ((SHIPPED_MATRIX, "matrix.toml"), (SHIPPED_DOCKERFILE, "Dockerfile")):
+        if not shipped.is_file():
+            raise Failure(f"init: the shipped {what} is missing ({shipped})")
+    return {
+        dest / "matrix.toml": SHIPPED_MATRIX.read_bytes(),
+        dest / "patches" / "README.md": PATCHES_README.encode(),
+        dest / "dockerfiles" / "Dockerfile": SHIPPED_DOCKERFILE.read_bytes(),
+    }
 
 
 def init(dest: Path) -> list[Path]:
@@ -42,10 +52,10 @@ def init(dest: Path) -> list[Path]:
     if existing:
         raise BadInput(f"init: refusing to overwrite existing {', '.join(existing)} in {dest}")
     written = []
-    for target, src in files.items():
+    for target, content in files.items():
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
-            write_atomic(target, src.read_bytes(), exclusive=True)  # never overwrite
+            write_atomic(target, content, exclusive=True)  # never overwrite
         except FileExistsError:
             raise BadInput(f"init: refusing to overwrite {target}") from None
         written.append(target)

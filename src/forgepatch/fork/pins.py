@@ -15,6 +15,8 @@ from pathlib import Path
 from forgepatch.errors import BadInput
 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+# the rule above in words: ``pin add --help`` and its error say the same thing
+NAME_RULE = "a letter or digit, then letters, digits, '.', '_' or '-'; e.g. v0.5.23, nightly-1129"
 _VERSION_RE = re.compile(r"[0-9][0-9A-Za-z.+!_-]*")
 
 
@@ -90,9 +92,11 @@ def add_pin(
     from forgepatch.config import load_matrix
 
     if (rev is None) == (pypi is None):
-        raise BadInput("pin add: give exactly one of --rev SHA or --pypi VERSION")
+        raise BadInput("pin add: give exactly one of --rev REV or --pypi VERSION")
+    if repo is not None and pypi is not None:
+        raise BadInput("--repo: only with --rev (a --pypi pin is read from PyPI)")
     if not _NAME_RE.fullmatch(name):
-        raise BadInput(f"pin add: invalid pin name {name!r} (letters, digits, '.', '_' and '-')")
+        raise BadInput(f"pin add: invalid pin name {name!r} ({NAME_RULE})")
     matrix = load_matrix(config)
     if name in matrix.pins:
         raise BadInput(f"pin add: pin {name!r} already exists in {config}")

@@ -58,6 +58,9 @@ class BuildResult:
     context: Path | None = None
     apply: dict[str, Any] | None = None  # the patch engine's result, when build_arch ran it
     digest: str | None = None  # registry digest (repo@sha256:...), once pushed or pulled
+    uploaded: bool | None = None  # build --push: False when the registry had the content already
+    push_seconds: float | None = None
+    audit: dict[str, Any] | None = None  # build --audit: the kernel audit's verdict (records.AuditSummary)
 
     @property
     def rebuilt_steps(self) -> list[str]:
@@ -68,6 +71,9 @@ class BuildResult:
         return {
             "image_id": self.image_id,
             "digest": self.digest,
+            "uploaded": self.uploaded,
+            "push_seconds": None if self.push_seconds is None else round(self.push_seconds, 3),
+            "audit": self.audit,
             "tags": self.tags,
             "tag": self.tags[0],
             "content_hash": self.content_hash,
@@ -139,7 +145,7 @@ def build_image(
         return BuildResult(
             image_id, tags, spec.content_hash, hit, time.perf_counter() - started, spec.arch.name, spec.pin,
             spec.base_image, labels, steps, log_path if not hit else None, spec.context.root,
-            digest=repo_digest(api.inspect_image(image_id)),
+            digest=repo_digest(api.inspect_image(image_id), spec.repo),
         )
 
     if not force:

@@ -35,8 +35,15 @@ def resolve_target(
     matrix, arch_name: str, *, pin: str | None = None, source: str | None = None, base_image: str | None = None
 ) -> Target:
     """Validate the request against matrix.toml (BadInput names the key)."""
+    from forgepatch.sources import pin_name
+
     arch = get_arch(arch_name)
     cfg = matrix.arch(arch.name)
+    named = pin_name(source, matrix) if source is not None else None
+    if named is not None:  # --source NAME of a pin: that pin (and, without --pin, its name)
+        if pin is not None and pin != named:
+            raise BadInput(f"--source {named!r} is a pin other than --pin {pin!r}: give one of them")
+        source, pin = None, named
     if source is None:
         pin, pin_cfg = matrix.pin(pin)
         source = pin_cfg.source

@@ -161,6 +161,9 @@ class Monitor:
         self._tb_frames = 0
         self._tb_hit: Hit | None = None
         self._tb_chained = False
+        # the job's last words (its last output line that is not forgepatch's own), with the
+        # lines before it: the error line of a non-zero exit no signature names
+        self._last_words: tuple[int, str, list[tuple[int, str]]] | None = None
 
     # -- feeding ----------------------------------------------------------------------------
     def feed(self, line: str) -> list[Event]:
@@ -204,6 +207,8 @@ class Monitor:
 
         if ev := self._traceback(line, no, short):
             events.append(ev)
+        if line.strip() and not line.lstrip().startswith("[forgepatch"):
+            self._last_words = (no, short, list(self._before))
         self._before.append((no, short))
         if self.on_event:
             for ev in events:
@@ -294,6 +299,9 @@ class Monitor:
         elif code not in (None, 0):
             sig = SIGNATURE_BY_ID["exit"]
             sig_id, label, stage = sig.id, sig.label.format(code=code), self.stage
+            if self._last_words is not None:  # no signature: the job's last words are the error line
+                err_no, err_line, before = self._last_words
+                context = before + [(err_no, err_line)]
         failed = timed_out or code not in (None, 0) or (code is None and bool(active))
         if not failed and best is not None and not active:
             # every error was survived: report it, but it is not the verdict

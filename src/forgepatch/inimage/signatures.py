@@ -286,6 +286,18 @@ SIGNATURES: tuple[Signature, ...] = (
         summary="a watchdog declared the process hung",
     ),
     Signature(
+        "module-not-found",
+        r"No module named '(?P<module>[\w.]+)'",
+        45,
+        "No module named '{module}'",
+        summary="a Python module the job needs is not importable where it runs (SGLang, or one of its "
+                "dependencies, is not installed there)",
+        known="SGLang #13276, #4869 (a dependency missing from the environment)",
+        workaround="install the missing package where the job runs; `smoke --runner local` puts only the pin's "
+                   "patched SGLang first on PYTHONPATH, not its dependencies (or run the pin's image: "
+                   "--runner docker)",
+    ),
+    Signature(
         "traceback",
         r"(?!x)x",  # found by the traceback parser, not by a line regex
         40,

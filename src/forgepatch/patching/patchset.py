@@ -66,6 +66,10 @@ class Example:
     context: tuple[tuple[str, str], ...] = ()  # other files of the pretend tree
     upstream: bool = False  # the snippet is pristine upstream (accepting gates = absorbed)
     name: str = ""
+    # the example means the arch-gate codemod's fallback: no file of its tree provides the new
+    # predicate, so a local helper is defined (as on 0.5.3). Without it, an example whose run
+    # takes that path fails: its `context` most likely lacks the module the sibling comes from.
+    fallback: bool = False
 
 
 @dataclass
@@ -81,6 +85,7 @@ class Patch:
     examples: tuple[Example, ...] = ()
     path: Path | None = None
     hash: str = ""
+    origin: str = ""  # where the library found it: shipped, user, user (overrides shipped)
 
     @property
     def covers_gates(self) -> bool:
@@ -118,7 +123,7 @@ def patchset_hash(patches: list[Patch]) -> str:
 _SITE_KEYS = {"name", "functions", "modules", "markers", "required", "applies_to", "applies_to_reason",
               "lone", "anywhere", "gates"}
 _IGNORE_KEYS = {"function", "module", "gate", "reason"}
-_EXAMPLE_KEYS = {"before", "after", "arch", "path", "context", "upstream", "name"}
+_EXAMPLE_KEYS = {"before", "after", "arch", "path", "context", "upstream", "name", "fallback"}
 _PATCH_KEYS = {"id", "summary", "arches", "sites", "applies_to", "applies_to_reason", "ignore", "examples",
                "codemod"}
 
@@ -226,7 +231,7 @@ def build_patch(data: dict[str, Any], codemod: Any, path: Path | None = None) ->
         examples.append(Example(
             before=e["before"], after=e.get("after"), arch=arch, path=e.get("path", "example.py"),
             context=tuple(sorted((e.get("context") or {}).items())), upstream=bool(e.get("upstream", False)),
-            name=e.get("name", f"example {i + 1}"),
+            name=e.get("name", f"example {i + 1}"), fallback=bool(e.get("fallback", False)),
         ))
     return Patch(
         id=pid, summary=str(data["summary"]), arches=arches, sites=tuple(sites), codemod=codemod,
@@ -278,19 +283,25 @@ def load_patch(path: Path) -> Patch:
     return patch
 
 
-def patch_files(patches_dir: Path) -> dict[str, Path]:
-    files = sorted(patches_dir.glob("*.toml")) + sorted(
-        p for p in patches_dir.glob("*.py") if not p.name.startswith("_")
-    )
-    return {p.stem: p for p in files}
+def patch_files(patches) -> dict[str, Path]:
+    """id -> file of every patch of ``patches`` (a ``PatchLibrary``: shipped + user, user ones
+    overriding by id; or a directory: exactly its patches)."""
+    from forgepatch.patching.library import as_library
+
+    return as_library(patches).paths()
 
 
-def load_patches(patches_dir: Path, ids: list[str]) -> list[Patch]:
-    """Load the named patches, in series order."""
-    files = patch_files(patches_dir)
+def load_patches(patches, ids: list[str]) -> list[Patch]:
+    """Load the named patches, in series order (``patches``: a library or a directory)."""
+    from forgepatch.patching.library import as_library
+
+    library = as_library(patches)
     out = []
     for pid in ids:
-        if pid not in files:
-            raise BadInput(f"{patches_dir}: no patch {pid!r} (have: {', '.join(files) or 'none'})")
-        out.append(load_patch(files[pid]))
+        entry = library.files.get(pid)
+        if entry is None:
+            raise BadInput(library.missing(pid))
+        patch = load_patch(entry.path)
+        patch.origin = entry.origin_label
+        out.append(patch)
     return out

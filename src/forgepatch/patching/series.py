@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, MutableMapping
 
 from forgepatch.arch import Arch, get_arch
+from forgepatch.errors import BadInput
 from forgepatch.patching.model import ApplyResult, Tree
 from forgepatch.patching.patchset import Patch, load_patches, patchset_hash
 
@@ -30,10 +31,35 @@ class Series:
         return patchset_hash(list(self.patches))
 
 
-def load_series(matrix: Any, arch: str | Arch, patches_dir: Path) -> Series:
-    """The series ``matrix`` configures for ``arch`` (``arches.<arch>.patches``), loaded."""
+def load_series(matrix: Any, arch: str | Arch, patches_dir: Any) -> Series:
+    """The series ``matrix`` configures for ``arch`` (``arches.<arch>.patches``), loaded from
+    ``patches_dir`` (a ``PatchLibrary``: shipped + user patches; or a directory).
+
+    A patch listed for an arch it does not declare (its ``arches``) is a config error
+    (BadInput naming matrix.toml:line), not a patch that silently never applies."""
     arch_obj = arch if isinstance(arch, Arch) else get_arch(arch)
-    return Series(arch_obj, tuple(load_patches(patches_dir, matrix.arch(arch_obj.name).patches)))
+    patches = tuple(load_patches(patches_dir, matrix.arch(arch_obj.name).patches))
+    for patch in patches:
+        if arch_obj.name not in patch.arches:
+            raise BadInput(_undeclared(matrix, arch_obj.name, patch))
+    return Series(arch_obj, patches)
+
+
+def _undeclared(matrix: Any, arch: str, patch: Patch) -> str:
+    from forgepatch.config import key_line
+    from forgepatch.errors import located
+
+    path = getattr(matrix, "path", None)
+    line = None
+    if path is not None:
+        try:
+            line = key_line(Path(path).read_text(encoding="utf-8"), ("arches", arch, "patches"))
+        except OSError:
+            line = None
+    return located(path or "matrix.toml", line,
+                   f"arches.{arch}.patches: patch {patch.id!r} does not declare {arch} "
+                   f"(its arches: {', '.join(patch.arches)}; {patch.path}); add {arch!r} to the "
+                   f"patch's arches or remove it from this list")
 
 
 def run_series(series: Series, tree: Tree, version: str | None, *,

@@ -31,8 +31,9 @@ def write_in_place(package: Path, changed: dict[str, bytes]) -> None:
     commit(package, changed, "apply --in-place")
 
 
-def write_out(package: Path, changed: dict[str, str], out_dir: Path) -> Path:
-    """Write a patched copy as ``out_dir/sglang``, built beside it and renamed into place."""
+def write_out(package: Path, changed: dict[str, str], out_dir: Path, fill=None) -> Path:
+    """Write a patched copy as ``out_dir/sglang``, built beside it and renamed into place;
+    ``fill(tree)`` adds files the source tree lacks (a wheel's non-``.py`` files) first."""
     out_dir = Path(out_dir)
     src = package.resolve()
     dest_parent = out_dir.resolve()
@@ -46,6 +47,8 @@ def write_out(package: Path, changed: dict[str, str], out_dir: Path) -> Path:
     try:
         tree = staging / "sglang"
         shutil.copytree(src, tree, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", STATE_DIR))
+        if fill is not None:
+            fill(tree)
         for rel, text in changed.items():
             (tree / rel).write_bytes(text.encode("utf-8") if isinstance(text, str) else text)
         final = dest_parent / "sglang"

@@ -19,6 +19,7 @@ import uuid
 from pathlib import Path
 
 from forgepatch.combination import CONTAINER_JOB, CONTAINER_OWNER, CONTAINER_RUN
+from forgepatch.combination.refs import is_digest_ref
 from forgepatch.combination import LABEL as IMAGE_LABEL
 from forgepatch.errors import BadInput
 from forgepatch.inimage.monitor import LineSplitter
@@ -59,6 +60,7 @@ class DockerRunner:
         self.stream_api = dockerapi.streaming_api(client)
         self.run_id = uuid.uuid4().hex[:8]
         self.shm_size = shm_size
+        self.on_pull = None  # (image, docker pull progress chunk) -> None
 
     # -- before anything runs -----------------------------------------------------------------
     def available_gpus(self) -> list[int]:
@@ -68,27 +70,63 @@ class DockerRunner:
 
     def preflight(self, jobs: list[JobSpec]) -> None:
         """BadInput if an image is missing, or was built by forgepatch for another arch or pin
-        than a job of it says (results would be filed under the wrong combination); reap
-        containers of dead forgepatch processes."""
+        (or patchset, when the job names one) than a job of it says (results would be filed
+        under the wrong combination); reap containers of dead forgepatch processes.
+
+        An image given by digest (``repo@sha256:...``) that this engine lacks is checked from
+        the registry's manifest and config first (nothing is pulled for a refused job), then
+        pulled (``on_pull`` sees the progress)."""
         import docker.errors
 
+        from forgepatch.combination.refs import is_digest_ref, parse, parse_digest_ref
+
+        if any(not j.image for j in jobs):
+            raise BadInput("--runner docker needs an image for every job (--image or [smoke] image)")
         labels: dict[str, dict[str, str]] = {}
+        missing: list[str] = []
         for image in sorted({j.image for j in jobs if j.image}):
             try:
                 labels[image] = dict(self.client.images.get(image).labels or {})
             except docker.errors.ImageNotFound:
-                raise BadInput(f"image {image!r} not found in the local Docker engine (build it: forgepatch build)") from None
+                if not is_digest_ref(image):
+                    ref = parse(image, "--image")
+                    hint = ("; a GPU host pulls by digest: give --image REPO@sha256:... or --builds RECORD"
+                            if ref.registry else " (build it: forgepatch build)")
+                    if ref.registry:
+                        parse_digest_ref(image, "--image")  # a tag where a digest is required: one line, exit 2
+                    raise BadInput(f"image {image!r} not found in the local Docker engine{hint}") from None
+                labels[image] = self._remote_labels(parse_digest_ref(image, "--image"))
+                missing.append(image)
             except docker.errors.APIError as exc:
                 raise BadInput(f"image {image!r}: {exc.explanation or exc}") from None
         for job in jobs:
             got = labels.get(job.image or "", {})
             built = (got.get(IMAGE_LABEL["arch"]), got.get(IMAGE_LABEL["pin"]))
-            if all(built) and built != (job.arch, job.pin):
+            if (all(built) or job.image in missing) and built != (job.arch, job.pin):
                 raise BadInput(f"image {job.image!r} was built for {built[0]}/{built[1]}, but job {job.id} is "
-                               f"{job.arch}/{job.pin} (check --image or [smoke] image)")
-        if any(not j.image for j in jobs):
-            raise BadInput("--runner docker needs an image for every job (--image or [smoke] image)")
+                               f"{job.arch}/{job.pin} (check --image, --builds or [smoke] image)")
+            have = got.get(IMAGE_LABEL["patchset"])
+            if job.patchset is not None and have != job.patchset:
+                raise BadInput(f"image {job.image!r} was built with patchset {have or '(none)'}, but the patch files "
+                               f"of {job.arch} now hash to {job.patchset} (job {job.id}; rebuild and push it)")
+        for image in missing:
+            self._pull(image)
         self.reap_stale()
+
+    def _remote_labels(self, ref) -> dict[str, str]:
+        from forgepatch import registry
+
+        found = registry.remote_image(ref)
+        if found is None:
+            raise BadInput(f"image {ref}: the registry {ref.host} has no such digest")
+        return found.labels
+
+    def _pull(self, image: str) -> None:
+        from forgepatch import registry
+        from forgepatch.combination.refs import parse
+
+        on = getattr(self, "on_pull", None)
+        registry.pull(self.client.api, parse(image), (lambda kind, data: on(image, data)) if on else None)
 
     def reap_stale(self) -> int:
         """Remove smoke containers whose owning forgepatch process on this host has gone."""
@@ -163,7 +201,7 @@ class DockerRunner:
             image_id = container.attrs.get("Image")
             inspected = self.client.api.inspect_image(image_id)
             labels = dict((inspected.get("Config") or {}).get("Labels") or {})
-            digest = repo_digest(inspected)
+            digest = spec.image if is_digest_ref(spec.image or "") else repo_digest(inspected)
             if not (state["interrupted"] or cancel.is_set()):
                 container.start()
                 split = LineSplitter()

@@ -44,6 +44,8 @@ class JobSpec:
     markers: dict[str, str] = field(default_factory=dict)
     required: bool = True
     index: int | None = None  # position in the unsharded plan
+    patchset: str | None = None  # the patchset the image must carry (checked before it runs; None: not checked)
+    audit: dict | None = None  # the build record's kernel audit of the image (evidence, copied into the result)
 
 
 @dataclass
@@ -109,7 +111,7 @@ def judge(spec: JobSpec, out: RunOutcome, runner: str = "") -> JobResult:
         error_lineno=t.error_lineno, exit_code=out.exit_code, timed_out=out.timed_out, log_path=out.log_path,
         duration_s=round(out.duration_s, 3), gpu_ids=list(out.gpu_ids), required=spec.required,
         context=[{"lineno": n, "line": s} for n, s in t.context], notes=list(t.notes),
-        image_id=out.image_id, image_digest=out.image_digest, patchset=labels.get(LABEL["patchset"]),
+        image_id=out.image_id, image_digest=out.image_digest, patchset=labels.get(LABEL["patchset"]), audit=spec.audit,
         upstream=labels.get(LABEL["upstream"]), engine=labels.get(LABEL["engine"]),
         toolchain=Toolchain.model_validate(found) if isinstance(found, dict) else None,
         finished_at=datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z"),
@@ -150,12 +152,17 @@ def judge(spec: JobSpec, out: RunOutcome, runner: str = "") -> JobResult:
 
 class LocalRunner:
     """Run jobs as processes on this host, each in its own session (``process.start_session``,
-    ``process.follow_session``: stdout and stderr merged, as in a container's log)."""
+    ``process.follow_session``: stdout and stderr merged, as in a container's log).
+
+    With the matrix and patch library, a job that runs SGLang runs the pin's package patched
+    for its arch (``smoke.local_tree``: first on PYTHONPATH, checked before any job starts)."""
 
     name = "local"
 
-    def __init__(self, stop_grace_s: float = 10.0):
+    def __init__(self, stop_grace_s: float = 10.0, matrix=None, patches=None):
         self.stop_grace_s = stop_grace_s
+        self.matrix, self.patches = matrix, patches
+        self.trees: dict[tuple[str, str], object] = {}
 
     def available_gpus(self) -> list[int]:
         from forgepatch.smoke.gpus import host_gpus
@@ -163,7 +170,17 @@ class LocalRunner:
         return host_gpus()
 
     def preflight(self, jobs: list[JobSpec]) -> None:
-        pass
+        """Build (or reuse) the patched tree of every (arch, pin) whose jobs run SGLang, and check
+        that ``import sglang`` finds it; refuses before any job is launched."""
+        from forgepatch.smoke import local_tree
+
+        if self.matrix is None:
+            return
+        for spec in jobs:
+            if local_tree.runs_sglang(spec) and (spec.arch, spec.pin) not in self.trees:
+                tree = local_tree.prepare(self.matrix, self.patches, spec.arch, spec.pin)
+                self.trees[(spec.arch, spec.pin)] = tree
+                local_tree.check_import(tree, self._env(spec, []))  # the job's own environment
 
     def _argv(self, spec: JobSpec) -> list[str]:
         argv = list(spec.command)
@@ -179,10 +196,25 @@ class LocalRunner:
         env["PYTHONUNBUFFERED"] = "1"
         if gpu_ids:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpu_ids))
-        return env
+        from forgepatch.smoke.local_tree import env_with
+
+        return env_with(self._tree(spec), env)
+
+    def _tree(self, spec: JobSpec):
+        """The patched tree a job runs on: its (arch, pin)'s, for a job that runs SGLang."""
+        from forgepatch.smoke.local_tree import runs_sglang
+
+        return self.trees.get((spec.arch, spec.pin)) if runs_sglang(spec) else None
 
     def run(self, spec, gpu_ids, log_path, cancel, on_event=None) -> RunOutcome:
         sink = LogSink(spec, Path(log_path), on_event)
+        tree = self._tree(spec)
+        if tree is not None:
+            sink.line(tree.log_line())
+        elif self.matrix is not None:
+            from forgepatch.smoke.local_tree import LOG_PREFIX
+
+            sink.line(f"{LOG_PREFIX} this job's command does not run sglang; environment unchanged")
         stdout: list[str] = []
         try:
             proc = start_session(self._argv(spec), env=self._env(spec, gpu_ids), merge_stderr=True)

@@ -124,6 +124,7 @@ def run_jobs(specs: list[JobSpec], runner: Runner, logs_dir: Path, parallel: int
     results: dict[str, JobResult] = {}
     pending = list(specs)
     running: dict[str, threading.Thread] = {}
+    report_lock = threading.Lock()  # one job's line at a time
 
     def work(spec: JobSpec, ids: list[int]) -> None:
         try:
@@ -133,13 +134,16 @@ def run_jobs(specs: list[JobSpec], runner: Runner, logs_dir: Path, parallel: int
             res = JobResult(id=spec.id, arch=spec.arch, pin=spec.pin, profile=spec.profile, kind=spec.kind,
                             status="error", summary=f"runner error: {exc}", index=spec.index, flags=spec.flags,
                             image=spec.image, runner=runner.name)
-        with cond:
-            results[spec.id] = res
-            free.extend(ids)
-            running.pop(spec.id, None)
-            cond.notify_all()
-        if on_result:
-            on_result(res)
+        try:
+            if on_result:  # before the scheduler can see the job done: its line precedes the report
+                with report_lock:
+                    on_result(res)
+        finally:
+            with cond:
+                results[spec.id] = res
+                free.extend(ids)
+                running.pop(spec.id, None)
+                cond.notify_all()
 
     try:
         with cond:

@@ -2,7 +2,8 @@
 ``combination.results.SmokeResults``).
 
 Table: one row per arch x pin, one column per profile; a cell is ``pass``, ``skip (why)``, or
-``FAIL: <signature> in <phase>``; ``-`` where that combination is not in the matrix. Below the
+``FAIL: <signature> in <phase>`` (a failure no signature names: its exit code and the job's
+last output line); ``-`` where that combination is not in the matrix. Below the
 table, "Known issues": for each failed job whose signature was posted in a public issue, the
 issue and its workaround; then the warnings (note signatures) each job's log carried.
 """
@@ -20,7 +21,10 @@ def cell(r: JobResult) -> str:
         return "pass"
     if r.status == "skipped":
         return f"skip ({r.summary.removeprefix('probe: ')})"
-    text = (r.label or r.status).replace("|", "\\|")
+    text = r.label or r.summary or r.status  # an error (no label) shows its message
+    if r.signature == "exit" and r.error_line:  # no signature: what the job said last
+        text = f"{text}: {r.error_line.strip()}"
+    text = text.replace("|", "\\|")
     if len(text) > 80:
         text = text[:77] + "..."
     where = f" in {r.failing_phase}" if r.failing_phase else ""

@@ -13,13 +13,15 @@ from forgepatch.smoke.jobs import LocalRunner
 from forgepatch.smoke.matrix import default_job_id, job_spec, parse_shard, plan as plan_jobs, run_jobs, select
 
 
-def make_runner(name: str):
+def make_runner(name: str, matrix=None, patches=None):
+    """The runner; the local one gets the matrix and patch library, to run SGLang jobs on the
+    pin's patched tree (``smoke.local_tree``)."""
     if name == "docker":
         from forgepatch.smoke.docker_runner import DockerRunner
 
         return DockerRunner()
     if name == "local":
-        return LocalRunner()
+        return LocalRunner(matrix=matrix, patches=patches)
     raise BadInput(f"--runner: {name!r} is not docker or local")
 
 
@@ -39,15 +41,32 @@ def plan(matrix, arch=None, pin=None, profile=None, shard=None, image=None):
 
 def smoke(matrix, runner_name: str, arch=None, pin=None, profile=None, shard=None, image=None,
           parallel=None, logs: Path | None = None, on_result: Callable[[JobResult], None] | None = None,
-          cache: bool = True) -> tuple[SmokeResults, Path]:
-    """Run the selected jobs; the results document (``combination.results``) and the logs."""
+          cache: bool = True, patches=None, builds: list[Path] | None = None,
+          on_pull: Callable[[str, dict], None] | None = None) -> tuple[SmokeResults, Path]:
+    """Run the selected jobs; the results document (``combination.results``) and the logs.
+
+    ``builds`` (build records, ``combination.records``) give each job the digest built for its
+    arch x pin and the build's audit; jobs on a digest also check the image's patchset against
+    the patch files (``patches``) before anything is pulled."""
+    from forgepatch.combination.refs import is_digest_ref
+
+    if builds and image:
+        raise BadInput("--builds and --image are exclusive (the build record names each job's image)")
+    if builds and runner_name != "docker":
+        raise BadInput("--builds needs --runner docker (the record names images)")
     specs = plan(matrix, arch, pin, profile, shard, image)
     whole = Plan.of([default_job_id(*c) for c in select(matrix, arch, pin, profile)])
     if not specs:
         if shard:
             return SmokeResults.of([], plan=whole, shard=shard), Path(".")
         raise BadInput("no smoke jobs match (check --arch/--pin/--profile and arches.<a>.profiles)")
-    runner = make_runner(runner_name)
+    if builds:
+        use_builds(specs, builds)
+    if patches is not None and runner_name == "docker":
+        expected_patchsets(matrix, patches, [s for s in specs if s.image and is_digest_ref(s.image)])
+    runner = make_runner(runner_name, matrix, patches)
+    if on_pull is not None and hasattr(runner, "on_pull"):
+        runner.on_pull = on_pull
     run_dir = logs_root(logs)
     results = run_jobs(specs, runner, run_dir, parallel, on_result)
     if cache:
@@ -58,6 +77,37 @@ def smoke(matrix, runner_name: str, arch=None, pin=None, profile=None, shard=Non
             if res.status not in ("error", "interrupted"):
                 rc.put(cache_key(spec, runner.name, fingerprint(runner, spec)), res)
     return SmokeResults.of(results, plan=whole, shard=shard, logs=str(run_dir)), run_dir
+
+
+def use_builds(specs, paths: list[Path]) -> None:
+    """Each job runs the digest its build record names for its arch x pin (BadInput, one line,
+    when a record lacks the pair, was not pushed, or holds a tag where a digest belongs)."""
+    from forgepatch.combination.records import load_records
+    from forgepatch.combination.refs import parse_digest_ref
+
+    records = load_records(list(paths))
+    where = ", ".join(str(p) for p in paths)
+    for spec in specs:
+        build = records.find(spec.arch, spec.pin)
+        if build is None:
+            raise BadInput(f"--builds: {where} has no build of {spec.arch}/{spec.pin} (job {spec.id})")
+        if not build.digest:
+            raise BadInput(f"--builds: the build of {spec.arch}/{spec.pin} in {where} was not pushed "
+                           f"({build.tag}); `forgepatch build --push --record` it")
+        parse_digest_ref(build.digest, f"--builds ({spec.arch}/{spec.pin} digest)")
+        spec.image = build.digest
+        spec.audit = build.audit.model_dump(mode="json") if build.audit else None
+
+
+def expected_patchsets(matrix, patches, specs) -> None:
+    """The patchset each job's arch has now (what its image must carry)."""
+    from forgepatch.patching.series import load_series
+
+    memo: dict[str, str] = {}
+    for spec in specs:
+        if spec.arch not in memo:
+            memo[spec.arch] = load_series(matrix, spec.arch, patches).hash
+        spec.patchset = memo[spec.arch]
 
 
 def result_cache():
@@ -79,7 +129,7 @@ def fingerprint(runner, spec) -> str:
 
 
 def bisect(matrix, runner_name: str, profile: str, arch=None, pin=None, image=None, logs: Path | None = None,
-           cache: bool = True):
+           cache: bool = True, patches=None):
     from forgepatch.smoke.bisect import bisect_profile, cache_key, subset_id
 
     prof = matrix.profile(profile)
@@ -98,7 +148,7 @@ def bisect(matrix, runner_name: str, profile: str, arch=None, pin=None, image=No
     if len(pairs) > 1:
         raise BadInput(f"--bisect: profile {profile!r} runs on {len(pairs)} arch/pin pairs; pick one with --arch/--pin")
     (a, p), = pairs
-    runner = make_runner(runner_name)
+    runner = make_runner(runner_name, matrix, patches)
     run_dir = logs_root(logs)
     rc = result_cache() if cache else None
     base = job_spec(matrix, a, p, profile, image)
@@ -153,6 +203,9 @@ def triage(path: str, markers: dict | None = None, context: int = 3):
     from forgepatch.inimage.monitor import triage_lines
 
     lines, log_path = read_log(path)
+    if not any(line.strip() for line in lines):  # nothing to judge: not a clean run either
+        where = "stdin" if path == "-" else path
+        raise BadInput(f"{where}: empty log, nothing to triage")
     try:
         return triage_lines(lines, markers, log_path=log_path or "-", context=context)
     except ValueError as exc:

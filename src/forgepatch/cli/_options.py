@@ -1,0 +1,73 @@
+"""Options shared by the commands, so one flag means one thing and is read one way everywhere.
+
+``--arch``: every command reads it with :func:`forgepatch.arch.get_arch` (case ignored,
+``sm_120`` = ``sm120``, ``12.0`` / ``12.0a`` / ``sm_120a`` name their arch); a spelling other
+than the registry name is accepted and said on stderr (``note: --arch 'SM_120' read as
+sm120``), an unknown one is refused (exit 2) with the closest name as a suggestion. Commands
+receive the registry name.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, List, Optional
+
+import typer
+
+ARCH_HELP = "Target arch: sm90, sm100, sm103, sm120, sm121 (sm_120, SM120, 12.0 are read as sm120)."
+SOURCE_HELP = "pypi:VERSION | git:PATH_OR_URL@REV | DIR | a pin name of matrix.toml (default: the default pin)."
+
+
+def _note(text: str) -> None:
+    print(f"forgepatch: note: {text}", file=sys.stderr)
+
+
+def canonical_arch(value: str) -> str:
+    """The registry name of ``value`` (BadInput with a suggestion); says so when respelled."""
+    from forgepatch.arch import get_arch
+
+    name = get_arch(value).name
+    if value != name:
+        _note(f"--arch {value!r} read as {name}")
+    return name
+
+
+def _arch_callback(ctx: Any, value: Optional[str]) -> Optional[str]:
+    if value is None or ctx.resilient_parsing:
+        return value
+    return canonical_arch(value)
+
+
+def _arch_list_callback(ctx: Any, value: Optional[List[str]]) -> Optional[List[str]]:
+    if not value or ctx.resilient_parsing:
+        return value
+    return [canonical_arch(v) for v in value]
+
+
+def arch_option(default: Any = ..., help: str = ARCH_HELP) -> Any:  # noqa: A002 - typer's name
+    """``--arch ARCH`` (required unless a default is given), normalised as above."""
+    return typer.Option(default, "--arch", help=help, callback=_arch_callback)
+
+
+def arch_list_option(help: str) -> Any:  # noqa: A002
+    """A repeatable ``--arch``, each one normalised as above."""
+    return typer.Option(None, "--arch", help=help, callback=_arch_list_callback)
+
+
+def source_option(help: str = SOURCE_HELP) -> Any:  # noqa: A002
+    return typer.Option(None, "--source", help=help)
+
+
+def pin_option(help: str = "A pin of matrix.toml: its source (exclusive with --source).") -> Any:  # noqa: A002
+    return typer.Option(None, "--pin", help=help)
+
+
+def source_or_pin(source: Optional[str], pin: Optional[str], matrix: Any) -> Optional[str]:
+    """``--pin NAME`` as a SRC string (apply, lint); BadInput for an unknown pin or both flags."""
+    from forgepatch.errors import BadInput
+
+    if pin is None:
+        return source
+    if source is not None:
+        raise BadInput("--pin and --source are exclusive: --pin NAME means the pin's source")
+    return matrix.pin(pin)[1].source

@@ -1,0 +1,70 @@
+"""The CLI's consoles: one rule for colour, width and wrapping in every command.
+
+- On a terminal: rich's own width, colour unless ``NO_COLOR`` is set (https://no-color.org).
+- Not a terminal (a pipe, a file, CI): no colour, no control codes, and no wrapping: a long
+  line stays one line (a hash never lands on a line of its own, ``grep`` sees whole lines).
+  Tables get a wide virtual width instead of 80 columns.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+# The width a table is laid out at when output is not a terminal (no wrapping of plain lines
+# at all; a table still needs some width to lay out its columns).
+PIPE_WIDTH = 4000
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def make_console(stderr: bool = False) -> Any:
+    """A rich Console on stdout (or stderr) following the rules above."""
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    no_color = "NO_COLOR" in os.environ and os.environ["NO_COLOR"] != ""
+    if _isatty(stream):
+        return Console(stderr=stderr, highlight=False, no_color=no_color)
+    return _PipeConsole(stderr=stderr, highlight=False, no_color=True, color_system=None, width=PIPE_WIDTH,
+                        soft_wrap=True, force_terminal=False)
+
+
+def _pipe_console_class():
+    from rich.console import Console
+
+    class PipeConsole(Console):
+        """Not a terminal: lines are never wrapped, tables are laid out then right-stripped."""
+
+        def print(self, *objects: Any, **kwargs: Any) -> None:  # noqa: A003 - rich's name
+            kwargs.setdefault("soft_wrap", True)
+            if any(_is_renderable_box(o) for o in objects):
+                # a table at PIPE_WIDTH: render it then strip the padding rich adds to the width
+                with self.capture() as cap:
+                    super().print(*objects, **{**kwargs, "soft_wrap": False})
+                text = "\n".join(line.rstrip() for line in cap.get().splitlines())
+                self.file.write(text + "\n")
+                return
+            super().print(*objects, **kwargs)
+
+    return PipeConsole
+
+
+def _is_renderable_box(obj: Any) -> bool:
+    return not isinstance(obj, str) and hasattr(obj, "__rich_console__")
+
+
+class _Lazy:
+    cls: Any = None
+
+
+def _PipeConsole(**kwargs: Any) -> Any:  # noqa: N802 - a class factory
+    if _Lazy.cls is None:
+        _Lazy.cls = _pipe_console_class()
+    return _Lazy.cls(**kwargs)

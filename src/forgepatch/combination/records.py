@@ -1,0 +1,138 @@
+"""The build record, versioned: written by ``forgepatch build --record FILE`` (one entry per
+arch x pin, replaced when that pair is built again), read by ``forgepatch smoke --builds FILE``
+on another host to run exactly the images that were built and pushed.
+
+```json
+{"schema": "forgepatch.build-record/1",
+ "builds": [{"arch": "sm120", "pin": "v0.5.23", "image_id": "sha256:...",
+             "tag": "ghcr.io/org/sglang:v0.5.23-sm120-1a2b3c4d5e6f", "content_hash": "...",
+             "digest": "ghcr.io/org/sglang@sha256:...", "uploaded": true,
+             "patchset": "...", "upstream": "pypi:0.5.23", "engine": "0.1.0+...",
+             "base_image": "lmsysorg/sglang@sha256:...",
+             "audit": {"arch": "sm120", "verdict": "pass", "failing": [], "cuda_libraries": 12},
+             "built_at": "2026-12-01T10:00:00Z"}]}
+```
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from forgepatch.errors import BadInput
+
+SCHEMA = "forgepatch.build-record/1"
+_FAMILY, _VERSION = SCHEMA.rsplit("/", 1)
+
+
+class AuditSummary(BaseModel):
+    """The kernel audit's verdict on an image (``forgepatch audit``), as evidence."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    arch: str
+    verdict: str  # pass | fail
+    strict: bool = False
+    failing: list[str] = Field(default_factory=list)
+    cuda_libraries: int = 0
+    shared_objects: int = 0
+
+    @classmethod
+    def of(cls, report: Any) -> "AuditSummary":
+        doc = report.to_json()
+        return cls(arch=doc["arch"], verdict=doc["verdict"], strict=doc["strict"], failing=doc["failing"],
+                   cuda_libraries=doc["stats"].get("cuda_libraries", 0),
+                   shared_objects=doc["stats"].get("shared_objects", 0))
+
+    def line(self) -> str:
+        """``pass for sm120 (12 CUDA libraries)`` / ``FAIL for sm120: libx.so, liby.so``."""
+        if self.verdict == "pass":
+            return f"pass for {self.arch} ({self.cuda_libraries} CUDA librar{'y' if self.cuda_libraries == 1 else 'ies'})"
+        return f"FAIL for {self.arch}: {', '.join(self.failing[:3])}{' ...' if len(self.failing) > 3 else ''}"
+
+
+class Build(BaseModel):
+    """One image as ``forgepatch build`` left it."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    arch: str
+    pin: str
+    image_id: str  # the image the digest names (the config digest)
+    tag: str  # the content-addressed tag
+    content_hash: str
+    digest: str | None = None  # repo@sha256:... once pushed
+    uploaded: bool | None = None  # None: not pushed; False: the registry had it already
+    patchset: str | None = None
+    upstream: str | None = None
+    engine: str | None = None
+    base_image: str | None = None
+    audit: AuditSummary | None = None
+    built_at: str | None = None
+
+
+class BuildRecord(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+    schema_: str = Field(SCHEMA, alias="schema")
+    builds: list[Build] = Field(default_factory=list)
+
+    def find(self, arch: str, pin: str) -> Build | None:
+        return next((b for b in self.builds if (b.arch, b.pin) == (arch, pin)), None)
+
+    def put(self, build: Build) -> None:
+        """Add ``build``, replacing the entry of the same arch x pin."""
+        self.builds = [b for b in self.builds if (b.arch, b.pin) != (build.arch, build.pin)] + [build]
+
+    def dumps(self) -> str:
+        return json.dumps(self.model_dump(mode="json", by_alias=True), indent=2) + "\n"
+
+    @classmethod
+    def parse(cls, path: Path | str, data: bytes) -> "BuildRecord":
+        try:
+            doc = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            why = f"line {exc.lineno}: {exc.msg}" if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
+            raise BadInput(f"{path}: not a build record ({why})") from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("builds"), list):
+            raise BadInput(f"{path}: not a build record (no 'builds' list; write it with `forgepatch build --record`)")
+        family, _, version = str(doc.get("schema", "")).rpartition("/")
+        if family != _FAMILY or not version.isdigit():
+            raise BadInput(f"{path}: schema {doc.get('schema')!r} is not a build record schema ({_FAMILY}/N)")
+        if int(version) > int(_VERSION):
+            raise BadInput(f"{path}: schema {doc['schema']} is newer than this forgepatch reads ({SCHEMA}); upgrade forgepatch")
+        try:
+            return cls.model_validate(doc)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"])
+            raise BadInput(f"{path}: not a build record ({where}: {err['msg']})") from None
+
+    @classmethod
+    def load(cls, path: Path, missing_ok: bool = False) -> "BuildRecord":
+        try:
+            data = Path(path).read_bytes()
+        except FileNotFoundError:
+            if missing_ok:
+                return cls()
+            raise BadInput(f"{path}: no such build record") from None
+        except OSError as exc:
+            raise BadInput(f"{path}: cannot read the build record: {exc.strerror}") from None
+        return cls.parse(path, data)
+
+    def write(self, path: Path) -> None:
+        from forgepatch.atomic import write_atomic
+
+        write_atomic(Path(path), self.dumps())
+
+
+def load_records(paths: list[Path]) -> BuildRecord:
+    """Several records as one (a later file's entry for an arch x pin wins)."""
+    out = BuildRecord()
+    for path in paths:
+        for build in BuildRecord.load(path).builds:
+            out.put(build)
+    return out

@@ -1,0 +1,98 @@
+"""After ``build``: the kernel audit of the image, the push of its content-addressed tag and
+the build record (``combination.records``) — what carries an image from the build host to
+the GPU host. Called by ``forgepatch build`` in that order; a failed audit stops before the
+push (nothing leaves the build host) and before the record is written.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from forgepatch.combination import LABEL
+from forgepatch.combination.records import AuditSummary, Build, BuildRecord
+from forgepatch.combination.refs import ImageRef, parse
+from forgepatch.errors import BadInput, Failure
+
+Event = Callable[[str, dict[str, Any]], None]
+
+
+def push_repo(repo: str) -> ImageRef:
+    """The registry repository ``[smoke] image_repo`` names (BadInput when malformed)."""
+    return parse(repo, "[smoke] image_repo")
+
+
+def preflight_push(repo: str) -> ImageRef:
+    """Before anything is built: the image repo parses, its registry answers and takes the
+    Docker config's credentials (BadInput, one line, otherwise)."""
+    from forgepatch import registry
+
+    ref = push_repo(repo)
+    registry.check_access(ref)
+    return ref
+
+
+def audit(api, result, arch, strict: bool = False, on_event: Event | None = None) -> AuditSummary:
+    """The kernel audit of the built image for its arch (``images.audit``)."""
+    from forgepatch.images.audit import audit_image
+
+    report = audit_image(result.image_id, arch, strict, on_event, api=api)
+    return AuditSummary.of(report)
+
+
+def audit_failure(summary: AuditSummary, ref: str) -> Failure:
+    n = len(summary.failing)
+    return Failure(f"kernel audit of {ref}: {n} CUDA librar{'y has' if n == 1 else 'ies have'} no code for "
+                   f"{summary.arch}: {', '.join(summary.failing[:5])}{' ...' if n > 5 else ''} "
+                   f"(`forgepatch audit --arch {summary.arch} --image {ref}` lists what they have); not pushed")
+
+
+def push(api, result, on_event: Event | None = None):
+    """Push the content-addressed tag (a remote no-op when the registry has that content)."""
+    from forgepatch import registry
+
+    base_id = result.labels.get(LABEL["base_image_id"])
+    return registry.push(api, result.image_id, result.tags[0], result.content_hash, base_id, on_event)
+
+
+def record(path: Path, result, audit: AuditSummary | None) -> Build:
+    """Write (or update) the build record at ``path`` with this build."""
+    book = BuildRecord.load(path, missing_ok=True)
+    labels = result.labels
+    build = Build(
+        arch=result.arch, pin=result.pin, image_id=result.image_id, tag=result.tags[0],
+        content_hash=result.content_hash, digest=result.digest, uploaded=result.uploaded,
+        patchset=labels.get(LABEL["patchset"]), upstream=labels.get(LABEL["upstream"]),
+        engine=labels.get(LABEL["engine"]), base_image=result.base_image, audit=audit,
+        built_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    )
+    book.put(build)
+    book.write(path)
+    return build
+
+
+def moving_base(api, base_image: str) -> str | None:
+    """A warning when the base image is named by a tag although it came from a registry (it
+    has a registry digest): the same pin and patches may build on other bytes tomorrow. A
+    base made locally (no registry digest) has nothing to pin."""
+    from forgepatch.combination.refs import is_digest_ref
+
+    if is_digest_ref(base_image):
+        return None
+    try:
+        digests = api.inspect_image(base_image).get("RepoDigests") or []
+    except Exception:  # noqa: BLE001 - base_image_id reports a missing base
+        return None
+    if not digests:
+        return None
+    return (f"base image {base_image} is a moving tag (now {digests[0]}); pin it by digest: "
+            f"`forgepatch pin base ARCH` records repo@sha256:... in matrix.toml")
+
+
+def check_record_path(path: Path) -> None:
+    """BadInput before building when ``--record`` names an unusable file."""
+    if path.exists():
+        BuildRecord.load(path)
+    elif not path.parent.exists():
+        raise BadInput(f"--record: directory {path.parent} does not exist")
