@@ -64,7 +64,8 @@ def sm120_image(docker_client, base_image, tmp_path_factory):
 
 
 def test_sm120_image_flags_the_sm90a_only_library(docker_client, sm120_image):
-    before = {c["Id"] for c in docker_client.api.containers(all=True)}
+    mine = {"ancestor": sm120_image}  # containers of this image only: the engine may be shared
+    before = {c["Id"] for c in docker_client.api.containers(all=True, filters=mine)}
     run = forgepatch("audit", "--arch", "sm120", "--image", sm120_image, "--json")
     assert run.rc == 1, run.err
     doc = run.json()
@@ -87,7 +88,7 @@ def test_sm120_image_flags_the_sm90a_only_library(docker_client, sm120_image):
             assert {k: theirs[k] for k in ("status", "sass", "ptx", "entries")} == \
                    {k: lib[k] for k in ("status", "sass", "ptx", "entries")}
     # the audit's temporary container is gone, and nothing was started
-    assert {c["Id"] for c in docker_client.api.containers(all=True)} == before
+    assert {c["Id"] for c in docker_client.api.containers(all=True, filters=mine)} == before
     assert not docker_client.api.containers(all=True, filters={"label": "forgepatch.audit"})
 
 

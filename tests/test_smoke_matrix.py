@@ -122,8 +122,10 @@ def test_stray_check_sees_a_real_stray():
     token = f"fp-probe-{uuid.uuid4().hex[:8]}"
     p = subprocess.Popen(["sh", "-c", f"sleep 600; : {token}"])
     try:
-        deadline = time.monotonic() + 10  # the child shows its own command line once it has exec'd
-        while not processes_with(token) and time.monotonic() < deadline:
+        # the child shows its own command line once it has exec'd; while sh forks sleep, its
+        # child briefly carries the same command line, so wait for exactly one
+        deadline = time.monotonic() + 10
+        while len(processes_with(token)) != 1 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert len(processes_with(token)) == 1
     finally:

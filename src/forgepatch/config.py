@@ -18,13 +18,33 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from forgepatch import srcspec
 from forgepatch.arch import ARCHES
 from forgepatch.combination import DEFAULT_SMOKE_IMAGE
 from forgepatch.errors import BadInput, located
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: no coercion ("false" is not a bool, 1 is not a string); unknown keys refused
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def _nonempty(values: list[str] | None, what: str = "list") -> list[str] | None:
+    """An explicit empty array is refused where it would silently mean something else
+    (``pins = []`` would read as every pin): leave the key out instead."""
+    if values is not None and not values:
+        raise ValueError(f"empty {what}; leave the key out instead")
+    for v in values or []:
+        if not v:
+            raise ValueError("an empty string in the list")
+    return values
+
+
+def _check(fn, value, what):
+    try:
+        return fn(value, what)
+    except ValueError as exc:
+        raise ValueError(str(exc).removeprefix(f"{what}: ")) from None
 
 
 class Upstream(_Strict):
@@ -41,10 +61,39 @@ class Pin(_Strict):
     version: str | None = None  # upstream version of a rev pin, if known
     markers: dict[str, str] = Field(default_factory=dict)  # log-marker overrides for smoke
 
+    @field_validator("pypi")
+    @classmethod
+    def _pypi(cls, v: str | None) -> str | None:
+        return None if v is None else _check(srcspec.check_version, v, "pypi")
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, v: str | None) -> str | None:
+        return None if v is None else _check(srcspec.check_text, v, "version")
+
+    @field_validator("rev")
+    @classmethod
+    def _rev(cls, v: str | None) -> str | None:
+        return None if v is None else _check(srcspec.check_rev, v, "rev")
+
+    @field_validator("repo")
+    @classmethod
+    def _repo(cls, v: str | None) -> str | None:
+        return None if v is None else _check(srcspec.check_repo, v, "repo")
+
+    @field_validator("sha256")
+    @classmethod
+    def _sha(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[0-9a-f]{64}", v):
+            raise ValueError(f"{v[:70]!r} is not a sha256 (64 lower-case hex digits)")
+        return v
+
     @model_validator(mode="after")
     def _one_source(self) -> "Pin":
         if (self.pypi is None) == (self.rev is None):
             raise ValueError("a pin needs exactly one of 'pypi' or 'rev'")
+        if self.repo is not None and self.rev is None:
+            raise ValueError("'repo' only applies to a 'rev' pin")
         return self
 
     @property
@@ -63,6 +112,18 @@ class ArchConfig(_Strict):
     profiles: list[str] = Field(default_factory=list)  # smoke profiles to run for this arch
     pins: list[str] | None = None  # None: every pin
     audit: bool = False  # `forgepatch build` fails when a CUDA library of the image has no code for the arch
+
+    @field_validator("pins")
+    @classmethod
+    def _pins(cls, v: list[str] | None) -> list[str] | None:
+        return _nonempty(v, "list of pins (an arch with no pins is not built)")
+
+    @field_validator("patches", "extra_wheels", "profiles")
+    @classmethod
+    def _items(cls, v: list[str]) -> list[str]:
+        if any(not item for item in v):
+            raise ValueError("an empty string in the list")
+        return v
 
 
 class Profile(_Strict):
@@ -100,8 +161,15 @@ class Profile(_Strict):
     @field_validator("gpus")
     @classmethod
     def _gpus(cls, n: int) -> int:
-        if n < 0:
-            raise ValueError("gpus must be >= 0")
+        if not 0 <= n <= 4096:
+            raise ValueError("gpus must be between 0 and 4096")
+        return n
+
+    @field_validator("timeout_s")
+    @classmethod
+    def _timeout(cls, n: int) -> int:
+        if not 0 < n <= 7 * 24 * 3600:
+            raise ValueError("timeout_s must be > 0 and at most a week")
         return n
 
 
@@ -109,6 +177,12 @@ class Rule(_Strict):
     arch: str | None = None
     pin: str | None = None
     profile: str | None = None
+
+    @model_validator(mode="after")
+    def _some_key(self) -> "Rule":
+        if self.arch is None and self.pin is None and self.profile is None:
+            raise ValueError("a rule needs at least one of arch, pin, profile (an empty rule matches every job)")
+        return self
 
     def matches(self, arch: str, pin: str, profile: str) -> bool:
         return all(
@@ -145,6 +219,12 @@ class Matrix(_Strict):
 
     @model_validator(mode="after")
     def _references(self) -> "Matrix":
+        for kind in ("pins", "profiles"):
+            for name in getattr(self, kind):
+                try:
+                    srcspec.check_name(name, "name")
+                except ValueError as exc:
+                    raise _RefError((kind, name), str(exc).removeprefix("name: ")) from None
         if self.default_pin not in self.pins:
             raise _RefError(("default_pin",), f"unknown pin {self.default_pin!r}")
         for name, arch in self.arches.items():
@@ -229,23 +309,89 @@ def key_line(text: str, loc: tuple[Any, ...]) -> int | None:
     return best
 
 
-def parse_toml(path: Path, text: str) -> dict[str, Any]:
-    """``tomllib.loads`` with errors as ``file:line: invalid TOML: ...`` (BadInput)."""
+MAX_DEPTH = 24  # tables/arrays nested deeper than this are refused (no config needs it)
+
+
+def decode_utf8(path: Path, raw: bytes) -> str:
+    """The file's text; ``file:line: not UTF-8 (byte 0xE9 at column 7)`` (BadInput) otherwise."""
     try:
-        return tomllib.loads(text)
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        col = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise BadInput(located(path, line, f"not UTF-8 (byte 0x{raw[exc.start]:02X} at column {col})")) from None
+
+
+def _nesting_line(text: str) -> int | None:
+    """The first line where brackets and braces nest deeper than MAX_DEPTH (strings ignored
+    roughly: good enough to point at the culprit)."""
+    depth = 0
+    for no, line in enumerate(text.splitlines(), 1):
+        head = re.match(r"\s*\[*([^=\]]*)", line)
+        if head and head.group(1).count(".") >= MAX_DEPTH:  # a dotted header or key
+            return no
+        for ch in re.sub(r'"(?:[^"\\]|\\.)*"|\'[^\']*\'', "", line.split("#", 1)[0]):
+            if ch in "[{":
+                depth += 1
+                if depth > MAX_DEPTH:
+                    return no
+            elif ch in "]}":
+                depth = max(0, depth - 1)
+    return None
+
+
+def _too_deep(data: Any) -> tuple[Any, ...] | None:
+    """The key path of a value nested deeper than MAX_DEPTH, else None (iterative)."""
+    stack: list[tuple[Any, tuple[Any, ...]]] = [(data, ())]
+    while stack:
+        value, loc = stack.pop()
+        if len(loc) > MAX_DEPTH:
+            return loc
+        if isinstance(value, dict):
+            stack.extend((v, loc + (k,)) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, loc + (i,)) for i, v in enumerate(value))
+    return None
+
+
+def parse_toml(path: Path, text: str) -> dict[str, Any]:
+    """``tomllib.loads`` with errors as ``file:line: invalid TOML: ...`` (BadInput); values
+    nested deeper than MAX_DEPTH are refused the same way."""
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         m = re.search(r"line (\d+)", str(exc))
-        raise BadInput(located(path, int(m.group(1)) if m else None, f"invalid TOML: {exc}")) from None
+        line = int(m.group(1)) if m else (len(text.rstrip("\n").split("\n")) if "end of document" in str(exc) else None)
+        raise BadInput(located(path, line, f"invalid TOML: {exc}")) from None
+    except RecursionError:
+        raise BadInput(located(path, _nesting_line(text), f"invalid TOML: nested more than {MAX_DEPTH} levels deep")) from None
+    deep = _too_deep(data)
+    if deep is not None:
+        key = ".".join(str(k) for k in deep if not isinstance(k, int))
+        raise BadInput(located(path, key_line(text, deep[:MAX_DEPTH]) or _nesting_line(text),
+                               f"{key[:80]}: nested more than {MAX_DEPTH} levels deep"))
+    return data
+
+
+def read_toml(path: Path, what: str = "config") -> tuple[str, dict[str, Any]]:
+    """Read, decode (strict UTF-8) and parse a TOML file: (text, data); BadInput on any error."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot read {what}: {exc.strerror}") from None
+    text = decode_utf8(path, raw)
+    return text, parse_toml(path, text)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def load_matrix(path: Path, patches_dir=None) -> Matrix:
     """Parse and validate; with ``patches_dir`` (a ``PatchLibrary`` or a directory), also
     check that every named patch exists."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise BadInput(f"{path}: cannot read config: {exc.strerror}") from exc
-    data = parse_toml(path, text)
+    text, data = read_toml(path, "config")
     try:
         matrix = Matrix.model_validate(data)
     except ValidationError as exc:
@@ -256,8 +402,16 @@ def load_matrix(path: Path, patches_dir=None) -> Matrix:
             loc, msg = loc + ctx.loc if not loc else ctx.loc, ctx.msg
         else:
             msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                msg = "unknown key"
+            elif err["type"] == "missing":
+                msg = "missing (required)"
+            elif isinstance(err.get("input"), (str, int, float, bool)) and err["type"].endswith(("_type", "literal_error")):
+                msg += f" (got {_shown(err['input'])})"
         key = ".".join(str(k) for k in loc if not isinstance(k, int)) or "(top level)"
-        raise BadInput(located(path, key_line(text, loc), f"{key}: {msg}")) from exc
+        if len(key) > 100:
+            key = key[:60] + "..." + key[-30:]
+        raise BadInput(located(path, key_line(text, loc), f"{key}: {msg}")) from None
     matrix.path = path
     if patches_dir is not None:
         from forgepatch.patching.library import as_library

@@ -47,3 +47,43 @@ def default_config(explicit: Path | None = None) -> Path:
         return explicit
     local = Path("matrix.toml")
     return local if local.is_file() else SHIPPED_MATRIX
+
+
+def check_path(path: Path, flag: str, want: str = "any") -> Path:
+    """A path from the command line, checked before use: one-line BadInput (naming ``flag``)
+    for a name too long, a symlink loop, a dangling link, a special file or the wrong kind.
+    ``want``: ``dir`` (an existing directory), ``file`` (an existing regular file),
+    ``new-file`` (a regular file or nothing yet, in an existing directory), ``any``."""
+    import errno
+    import stat
+
+    from forgepatch.errors import BadInput
+
+    path = Path(path)
+    text = str(path)
+    if "\0" in text:
+        raise BadInput(f"{flag}: the path contains a NUL byte")
+    shown = text if len(text) <= 120 else text[:60] + "..." + text[-40:]
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT and os.path.islink(path):
+            raise BadInput(f"{flag}: {shown} is a dangling symbolic link") from None
+        if exc.errno == errno.ELOOP:
+            raise BadInput(f"{flag}: {shown}: symbolic link loop") from None
+        if exc.errno == errno.ENAMETOOLONG:
+            raise BadInput(f"{flag}: path too long ({len(text)} characters): {shown}") from None
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR) and want == "new-file":
+            parent = path.parent
+            if not parent.is_dir():
+                raise BadInput(f"{flag}: {parent} is not a directory") from None
+            return path
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR) and want == "any":
+            return path
+        raise BadInput(f"{flag}: {shown}: {exc.strerror}") from None
+    if want == "dir" and not stat.S_ISDIR(st.st_mode):
+        raise BadInput(f"{flag}: {shown} is not a directory")
+    if want in ("file", "new-file") and not stat.S_ISREG(st.st_mode):
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+        raise BadInput(f"{flag}: {shown} is {kind}")
+    return path

@@ -40,8 +40,12 @@ class SourceTree:
 # -- PyPI ---------------------------------------------------------------------------------
 def pypi_wheel(version: str) -> Path:
     """The cached wheel of ``sglang==version``; downloads it once. BadInput if no such release."""
-    if not re.fullmatch(r"[0-9][0-9A-Za-z.+!-]*", version):
-        raise BadInput(f"--source: {version!r} is not a version")
+    from forgepatch.srcspec import check_version
+
+    try:
+        check_version(version, "--source")
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
     root = cache_dir("wheels", version)
     found = sorted(root.glob(f"{PACKAGE}-*.whl"))
     if found:
@@ -207,11 +211,14 @@ def copy_non_py(src: SourceTree, dest: Path) -> int:
 
 # -- local directory ----------------------------------------------------------------------
 def dir_tree(path: Path) -> SourceTree:
-    path = Path(path)
-    if not path.is_dir():
-        raise BadInput(f"--source: {path} is not a directory")
+    from forgepatch.paths import check_path
+
+    path = check_path(Path(path), "--source", "dir")
     for cand in (path / PACKAGE, path / "python" / PACKAGE, path):
         if cand.name == PACKAGE and (cand / "__init__.py").is_file():
+            from forgepatch.journal import recover_tree
+
+            recover_tree(cand)  # an interrupted --in-place write there is finished (or undone) first
             return SourceTree(cand.resolve(), f"dir:{path}", "dir", read_version(cand), None, pristine=False)
     raise BadInput(f"--source: {path} holds no SGLang package (looked for sglang/ and python/sglang/)")
 
@@ -235,7 +242,7 @@ _VERSION_LIKE = re.compile(r"v?[0-9]+(\.[0-9]+)+([.-]?(post|dev|rc|a|b)[0-9]*)*"
 def pin_name(src: str, matrix=None) -> str | None:
     """``src`` read as a pin name of the matrix: a SRC without a ``pypi:``/``git:`` prefix that
     is no existing path and names a pin (a directory of that name wins)."""
-    if matrix is None or src.startswith(("pypi:", "git:")) or Path(src).exists():
+    if matrix is None or src.startswith(("pypi:", "git:")) or os.path.lexists(src):
         return None
     return src if src in getattr(matrix, "pins", {}) else None
 
@@ -253,12 +260,20 @@ def source_spec(src: str | None, matrix=None) -> str:
 def resolve_source(src: str | None, matrix=None) -> SourceTree:
     """SRC = ``pypi:VERSION`` | ``git:PATH_OR_URL@REV`` | DIR | a pin name; None = the
     matrix's default pin."""
+    from forgepatch.paths import check_path
+    from forgepatch.srcspec import parse_source
+
     src = source_spec(src, matrix)
-    if src.startswith("pypi:"):
-        return pypi_tree(src[5:])
-    if src.startswith("git:"):
+    try:
+        kind, where, rev = parse_source(src, "--source")
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+    if kind == "pypi":
+        return pypi_tree(where)
+    if kind == "git":
         package_dir = matrix.upstream.package_dir if matrix is not None else "python/sglang"
-        return git_tree(src[4:], package_dir)
+        return git_tree(f"{where}@{rev}", package_dir)
+    check_path(Path(src), "--source", "any")  # too long, a loop, a dangling link: one line each
     if not Path(src).exists():
         raise BadInput(_not_a_source(src, matrix))
     return dir_tree(Path(src))

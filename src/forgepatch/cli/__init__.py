@@ -47,7 +47,7 @@ def _version(value: bool) -> None:
 @app.callback()
 def _globals(
     config: Optional[Path] = typer.Option(None, "--config", help="matrix.toml (default ./matrix.toml, else the shipped one)."),
-    patches: Optional[Path] = typer.Option(None, "--patches", help="Patch directory (default ./patches, else the shipped ones)."),
+    patches: Optional[Path] = typer.Option(None, "--patches", help="Your patch directory (default ./patches): its patches add to the shipped ones, and override a shipped patch of the same id."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="Print the version and exit."),
@@ -63,12 +63,13 @@ def _register() -> None:
     from forgepatch.cli import build as _build
     from forgepatch.cli import fork as _fork
     from forgepatch.cli import gates as _gates
+    from forgepatch.cli import patch as _patch
     from forgepatch.cli import probe as _probe
     from forgepatch.cli import release as _release
     from forgepatch.cli import results as _results
     from forgepatch.cli import smoke as _smoke
 
-    for module in (_apply, _build, _fork, _probe, _smoke, _results, _release, _audit, _gates):
+    for module in (_apply, _build, _fork, _probe, _smoke, _results, _release, _audit, _gates, _patch):
         module.register(app)
     _add_epilogs(app)
 
@@ -143,6 +144,24 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("forgepatch: interrupted", file=sys.stderr)
         return 130
+    except BaseException as exc:  # the last resort: never a traceback without --debug
+        if debug or isinstance(exc, (SystemExit, GeneratorExit)):
+            raise
+        print(f"forgepatch: error: {last_resort(exc)}", file=sys.stderr)
+        return 2
+
+
+def last_resort(exc: BaseException) -> str:
+    """One line for an exception no service turned into a ForgepatchError: a file-system
+    error names its path, anything else its type (``--debug`` shows the traceback)."""
+    if isinstance(exc, OSError):
+        where = f"{exc.filename}: " if exc.filename is not None else ""
+        what = exc.strerror or str(exc) or type(exc).__name__
+        return " ".join(f"{where}{what}".split())[:500]
+    if isinstance(exc, RecursionError):
+        return "input nested too deeply to process (rerun with --debug for the traceback)"
+    text = " ".join(str(exc).split())[:300]
+    return f"internal error: {type(exc).__name__}" + (f": {text}" if text else "") + " (rerun with --debug for the traceback)"
 
 
 def entry() -> None:  # pragma: no cover - console script shim

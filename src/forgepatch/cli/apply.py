@@ -81,7 +81,10 @@ def _written(run, src: str, in_place: bool) -> None:
     for rel in sorted(res.changed):
         con.print(f"  {escape(str(shown / rel))}", soft_wrap=True)
     arch = res.arch
-    steps = [("see the changes as a diff", f"forgepatch apply --arch {arch}{src} --diff")]
+    if in_place:  # the source is patched now: a diff of it against itself would be empty
+        steps = [("check it later", f"forgepatch apply --arch {arch}{src} --check")]
+    else:
+        steps = [("see the changes as a diff", f"forgepatch apply --arch {arch}{src} --diff")]
     if not in_place:
         steps.append(("use it", f"PYTHONPATH={shlex.quote(str(shown.parent))} python -c 'import sglang'"))
         steps.append(("patch your checkout instead", f"forgepatch apply --arch {arch} --source PATH/TO/sglang --in-place"))
@@ -143,9 +146,6 @@ def _failure_message(res) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    patch_app = typer.Typer(rich_markup_mode=None, help="Inspect and test patch files.", no_args_is_help=True)
-    app.add_typer(patch_app, name="patch")
-
     @app.command()
     def apply(
         arch: str = arch_option(),
@@ -233,44 +233,3 @@ def register(app: typer.Typer) -> None:
             raise Failure(_failure_message(result))
         if findings:
             raise typer.Exit(1)
-
-    @patch_app.command("test")
-    def patch_test(ids: list[str] = typer.Argument(None, help="Patch ids (default: all).")) -> None:
-        """Run the patches' before/after examples (Fixit-style)."""
-        from forgepatch.patching.patchset import load_patches, patch_files
-        from forgepatch.patching.service import run_examples
-
-        pdir = STATE.patches()
-        patches = load_patches(pdir, ids or list(patch_files(pdir)))
-        con = console()
-        failed = 0
-        for pid, name, error in run_examples(patches):
-            if error:
-                failed += 1
-                con.print(f"FAIL {pid}: {name}\n{error}", markup=False)
-            else:
-                con.print(f"ok   {pid}: {name}", markup=False)
-        if failed:
-            raise typer.Exit(1)
-
-    @patch_app.command("list")
-    def patch_list(as_json: bool = typer.Option(False, "--json")) -> None:
-        """List every patch: the shipped ones plus ./patches (or --patches DIR), which add to them
-        and override a shipped patch of the same id; ORIGIN says where each comes from."""
-        from forgepatch.patching.patchset import load_patches, patch_files
-
-        library = STATE.patches()
-        patches = load_patches(library, list(patch_files(library)))
-        docs = [{"id": p.id, "origin": p.origin, "summary": p.summary, "arches": list(p.arches),
-                 "applies_to": p.applies_to, "sites": [s.name for s in p.sites], "examples": len(p.examples),
-                 "file": str(p.path)} for p in patches]
-        if as_json:
-            print_json(docs)
-            return
-        rows = [("ID", "ORIGIN", "ARCHES", "VERSIONS", "SITES", "SUMMARY")] + [
-            (d["id"], d["origin"], ",".join(d["arches"]), d["applies_to"] or "all", ",".join(d["sites"]), d["summary"])
-            for d in docs]
-        widths = [max(len(r[i]) for r in rows) for i in range(5)]
-        for row in rows:
-            typer.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[5])
-        typer.echo(f"patches: {library.describe()}")

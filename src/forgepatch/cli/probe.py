@@ -34,6 +34,10 @@ def probe(
         raise BadInput(f"--gpus must be >= 1 (got {gpus})")
     if timeout <= 0:
         raise BadInput(f"--timeout must be > 0 (got {timeout})")
+    if log is not None:
+        from forgepatch.paths import check_path
+
+        check_path(log, "--log", "new-file")
     err = console(stderr=True)
 
     def show(stream: str, line: str) -> None:

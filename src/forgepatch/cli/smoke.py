@@ -100,6 +100,10 @@ class _PullProgress:
             self.progress.stop()
 
     def event(self, image: str, data: dict) -> None:
+        from forgepatch import progress
+
+        if not progress.enabled():  # a terminal on stderr and no --json (forgepatch.progress)
+            return
         if self.progress is None:
             from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 

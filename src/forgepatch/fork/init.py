@@ -44,9 +44,13 @@ def plan(dest: Path) -> dict[Path, bytes]:
 
 def init(dest: Path) -> list[Path]:
     """Scaffold ``dest``; returns the files written."""
-    dest = Path(dest)
-    if not dest.is_dir():
-        raise BadInput(f"init: {dest} is not a directory")
+    import os
+
+    from forgepatch.paths import check_path
+
+    dest = check_path(Path(dest), "--dir", "dir")
+    if not os.access(dest, os.W_OK) or dest.resolve().parts[1:2] in (("proc",), ("sys",), ("dev",)):
+        raise BadInput(f"--dir: {dest} is not a writable directory")
     files = plan(dest)
     existing = [str(p.relative_to(dest)) for p in files if p.exists() or p.is_symlink()]
     if existing:

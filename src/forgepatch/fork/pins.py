@@ -13,11 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forgepatch.errors import BadInput
-
-_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-# the rule above in words: ``pin add --help`` and its error say the same thing
-NAME_RULE = "a letter or digit, then letters, digits, '.', '_' or '-'; e.g. v0.5.23, nightly-1129"
-_VERSION_RE = re.compile(r"[0-9][0-9A-Za-z.+!_-]*")
+from forgepatch.srcspec import NAME_RULE  # noqa: F401 - the rule lives with its check (srcspec)
 
 
 @dataclass
@@ -95,16 +91,24 @@ def add_pin(
         raise BadInput("pin add: give exactly one of --rev REV or --pypi VERSION")
     if repo is not None and pypi is not None:
         raise BadInput("--repo: only with --rev (a --pypi pin is read from PyPI)")
-    if not _NAME_RE.fullmatch(name):
-        raise BadInput(f"pin add: invalid pin name {name!r} ({NAME_RULE})")
+    from forgepatch import srcspec
+
+    try:
+        srcspec.check_name(name, "pin add: invalid pin name")
+        if pypi is not None:
+            srcspec.check_version(pypi, "--pypi")
+        if rev is not None:
+            srcspec.check_rev(rev, "--rev")
+        if record_repo is not None:
+            srcspec.check_repo(record_repo, "--repo")
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
     matrix = load_matrix(config)
     if name in matrix.pins:
         raise BadInput(f"pin add: pin {name!r} already exists in {config}")
 
     entry: dict[str, str] = {}
     if pypi is not None:
-        if not _VERSION_RE.fullmatch(pypi):
-            raise BadInput(f"--pypi: invalid version {pypi!r}")
         entry = {"pypi": pypi, "sha256": wheel_sha256(pypi)}
     else:
         sha, version = resolve_rev(repo or Path("."), rev or "", matrix.upstream.package_dir)

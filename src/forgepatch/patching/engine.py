@@ -14,7 +14,7 @@ from typing import Any, MutableMapping
 import libcst as cst
 
 from forgepatch.arch import Arch
-from forgepatch.patching import astview, lint, verify
+from forgepatch.patching import astview, guard, lint, verify
 from forgepatch.patching.codemods.base import FileContext, Finding, node_names_any
 from forgepatch.patching.functions import all_functions, parse, replace_functions, scan_functions
 from forgepatch.patching.locate import candidates, def_pattern, hinted, in_site_modules, is_candidate
@@ -57,7 +57,7 @@ def edit_file(text: str, rel: str, patch: Patch, sites: list[Site], arch: Arch, 
     else:
         module = functions[0][3] if functions else cst.Module(body=[])
     ctx = FileContext(arch, rel, module, pristine, overlay.read_text, {}, {}, emit=emit, text=text)
-    codemod = patch.codemod(patch)
+    codemod = guard.codemod_for(patch)  # a custom .py patch runs guarded
     # which site functions name their site's markers in code: stdlib ast (C speed) where it
     # can parse the file, else libcst
     naming = {site.name: astview.site_functions_naming(text, set(site.functions), site.markers)

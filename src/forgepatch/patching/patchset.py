@@ -10,7 +10,6 @@ version) is for semantic reasons only and says why in ``applies_to_reason``.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +65,10 @@ class Example:
     context: tuple[tuple[str, str], ...] = ()  # other files of the pretend tree
     upstream: bool = False  # the snippet is pristine upstream (accepting gates = absorbed)
     name: str = ""
+    # the example means the arch-gate codemod's fallback: no file of its tree provides the new
+    # predicate, so a local helper is defined (as on 0.5.3). Without it, an example whose run
+    # takes that path fails: its `context` most likely lacks the module the sibling comes from.
+    fallback: bool = False
 
 
 @dataclass
@@ -81,6 +84,7 @@ class Patch:
     examples: tuple[Example, ...] = ()
     path: Path | None = None
     hash: str = ""
+    codemod_line: int | None = None  # a .py patch: the line defining Codemod
     origin: str = ""  # where the library found it: shipped, user, user (overrides shipped)
 
     @property
@@ -119,7 +123,7 @@ def patchset_hash(patches: list[Patch]) -> str:
 _SITE_KEYS = {"name", "functions", "modules", "markers", "required", "applies_to", "applies_to_reason",
               "lone", "anywhere", "gates"}
 _IGNORE_KEYS = {"function", "module", "gate", "reason"}
-_EXAMPLE_KEYS = {"before", "after", "arch", "path", "context", "upstream", "name"}
+_EXAMPLE_KEYS = {"before", "after", "arch", "path", "context", "upstream", "name", "fallback"}
 _PATCH_KEYS = {"id", "summary", "arches", "sites", "applies_to", "applies_to_reason", "ignore", "examples",
                "codemod"}
 
@@ -129,82 +133,142 @@ def _check_spec(spec: Any, where: str) -> str | None:
         return None
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(f"{where}: expected a version specifier string (e.g. \">=0.5.6\")")
     try:
-        SpecifierSet(str(spec))
+        SpecifierSet(spec)
     except InvalidSpecifier:
-        raise ValueError(f"{where}: invalid version specifier {spec!r}") from None
-    return str(spec)
+        raise ValueError(f"{where}: invalid version specifier {spec[:60]!r}") from None
+    return spec
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, (dict, list)):
+        return "a table" if isinstance(value, dict) else "an array"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _str_list(value: Any, where: str) -> tuple[str, ...]:
+    """A non-empty array of non-empty strings (a lone string counts as one)."""
     if isinstance(value, str):
         value = [value]
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise ValueError(f"{where}: expected a list of strings")
+    if not isinstance(value, list):
+        raise ValueError(f"{where}: expected a list of strings, got {_shown(value)}")
+    if not value:
+        raise ValueError(f"{where}: empty array; give at least one, or leave the key out")
+    if not all(isinstance(v, str) and v for v in value):
+        raise ValueError(f"{where}: expected non-empty strings")
     return tuple(value)
 
 
-def _str(value: Any, where: str) -> str:
+def _str(value: Any, where: str, empty: bool = True) -> str:
     if not isinstance(value, str):
-        raise ValueError(f"{where}: expected a string")
+        raise ValueError(f"{where}: expected a string, got {_shown(value)}")
+    if not empty and not value.strip():
+        raise ValueError(f"{where}: empty string")
     return value
 
 
 def _opt_str(value: Any, where: str) -> str | None:
-    return None if value is None else _str(value, where)
+    return None if value is None else _str(value, where, empty=False)
+
+
+def _bool(value: Any, where: str, default: bool) -> bool:
+    """true/false only: "false", 0 or [] are refused, never read as a truth value."""
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ValueError(f"{where}: expected true or false, got {_shown(value)}")
+    return value
+
+
+def _tables(value: Any, where: str) -> list[dict[str, Any]]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise ValueError(f"{where}: expected an array of tables ([[{where}]]), got {_shown(value)}")
+    return value
+
+
+def _unknown(table: dict[str, Any], known: set[str], where: str) -> None:
+    extra = sorted(str(k) for k in set(table) - known)
+    if extra:
+        key = extra[0] if len(extra[0]) <= 60 else extra[0][:57] + "..."
+        err = ValueError(f"{where}{'.' if where else ''}{key}: unknown key")
+        err.key = f"{where}{'.' if where else ''}{extra[0]}"  # type: ignore[attr-defined] - the full key, for its line
+        raise err
+
+
+def example_path(value: Any, where: str) -> str:
+    """A package-relative ``.py`` path that stays inside the example's pretend tree."""
+    from pathlib import PurePosixPath
+
+    text = _str(value, where, empty=False)
+    parts = PurePosixPath(text).parts
+    if (len(text) > 255 or "\\" in text or "\0" in text or text.startswith("/") or ".." in parts
+            or any(p in ("", ".") for p in text.split("/")) or not text.endswith(".py")):
+        raise ValueError(f"{where}: {_shown(text)} must be a relative path to a .py file inside the example "
+                         "(no '..', no leading '/')")
+    return text
 
 
 def build_patch(data: dict[str, Any], codemod: Any, path: Path | None = None) -> Patch:
-    """Validate a patch declaration (from TOML or a ``PATCH`` dict). Raises ValueError('key: msg')."""
+    """Validate a patch declaration (from TOML or a ``PATCH`` dict). Raises ValueError('key: msg').
+
+    Strict: wrong types are refused (no coercion of "false" to true), empty arrays too,
+    unknown keys, and example paths that leave the example's tree."""
+    if not isinstance(data, dict):
+        raise ValueError(f"PATCH: expected a table, got {_shown(data)}")
     for key in ("id", "summary", "arches", "sites"):
         if key not in data:
             raise ValueError(f"{key}: missing")
-    unknown = set(data) - _PATCH_KEYS
-    if unknown:
-        raise ValueError(f"{sorted(unknown)[0]}: unknown key")
+    _unknown(data, _PATCH_KEYS, "")
     pid = data["id"]
-    if not isinstance(pid, str) or not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", pid):
-        raise ValueError(f"id: {pid!r} must be lower-case letters, digits, '-', '.', '_'")
+    if not isinstance(pid, str) or len(pid) > 100 or not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", pid):
+        raise ValueError(f"id: {_shown(pid)} must be lower-case letters, digits, '-', '.', '_'")
     if path is not None and path.stem != pid:
         raise ValueError(f"id: {pid!r} does not match the file name {path.name!r}")
+    summary = _str(data["summary"], "summary", empty=False)
+    if "codemod" in data:
+        _str(data["codemod"], "codemod", empty=False)
     arches = _str_list(data["arches"], "arches")
     for a in arches:
         if a not in ARCHES:
-            raise ValueError(f"arches: unknown arch {a!r} (known: {', '.join(ARCHES)})")
+            raise ValueError(f"arches: unknown arch {_shown(a)} (known: {', '.join(ARCHES)})")
     sites = []
-    for i, s in enumerate(data["sites"]):
+    for i, s in enumerate(_tables(data["sites"], "sites")):
         where = f"sites[{i}]"
-        if not isinstance(s, dict):
-            raise ValueError(f"{where}: expected a table")
-        if set(s) - _SITE_KEYS:
-            raise ValueError(f"{where}.{sorted(set(s) - _SITE_KEYS)[0]}: unknown key")
+        _unknown(s, _SITE_KEYS, where)
         if "name" not in s or "functions" not in s:
             raise ValueError(f"{where}: needs 'name' and 'functions'")
-        if s.get("gates", "all") not in ("all", "one"):
+        gates = _str(s.get("gates", "all"), f"{where}.gates")
+        if gates not in ("all", "one"):
             raise ValueError(f"{where}.gates: must be \"all\" or \"one\"")
-        if s.get("anywhere") and not s.get("modules"):
+        anywhere = _bool(s.get("anywhere"), f"{where}.anywhere", False)
+        modules = _str_list(s["modules"], f"{where}.modules") if "modules" in s else ()
+        if anywhere and not modules:
             raise ValueError(f"{where}.anywhere: needs 'modules' (the search order)")
         sites.append(Site(
-            name=str(s["name"]),
+            name=_str(s["name"], f"{where}.name", empty=False),
             functions=_str_list(s["functions"], f"{where}.functions"),
-            modules=_str_list(s.get("modules", []), f"{where}.modules") if s.get("modules") else (),
-            markers=_str_list(s.get("markers", []), f"{where}.markers") if s.get("markers") else (),
-            required=bool(s.get("required", True)),
+            modules=modules,
+            markers=_str_list(s["markers"], f"{where}.markers") if "markers" in s else (),
+            required=_bool(s.get("required"), f"{where}.required", True),
             applies_to=_check_spec(s.get("applies_to"), f"{where}.applies_to"),
             applies_to_reason=_str(s.get("applies_to_reason", ""), f"{where}.applies_to_reason"),
-            lone=bool(s.get("lone", False)),
-            anywhere=bool(s.get("anywhere", False)),
-            gates=s.get("gates", "all"),
+            lone=_bool(s.get("lone"), f"{where}.lone", False),
+            anywhere=anywhere,
+            gates=gates,
         ))
+    if not sites:
+        raise ValueError("sites: a patch needs at least one site")
     if len({s.name for s in sites}) != len(sites):
         raise ValueError("sites: two sites share a name")
     ignore = []
-    for i, g in enumerate(data.get("ignore", [])):
+    for i, g in enumerate(_tables(data.get("ignore"), "ignore")):
         where = f"ignore[{i}]"
-        if not isinstance(g, dict):
-            raise ValueError(f"{where}: expected a table")
-        if set(g) - _IGNORE_KEYS:
-            raise ValueError(f"{where}.{sorted(set(g) - _IGNORE_KEYS)[0]}: unknown key")
+        _unknown(g, _IGNORE_KEYS, where)
         if not isinstance(g.get("function"), str) or not g["function"]:
             raise ValueError(f"{where}.function: needed (the function holding the gate)")
         reason = g.get("reason")
@@ -212,69 +276,151 @@ def build_patch(data: dict[str, Any], codemod: Any, path: Path | None = None) ->
             raise ValueError(f"{where}.reason: needed (why the gate may keep rejecting the arch)")
         ignore.append(Ignore(g["function"], reason.strip(), _opt_str(g.get("module"), f"{where}.module"),
                              _opt_str(g.get("gate"), f"{where}.gate")))
-    if not sites:
-        raise ValueError("sites: a patch needs at least one site")
     examples = []
-    for i, e in enumerate(data.get("examples", [])):
+    for i, e in enumerate(_tables(data.get("examples"), "examples")):
         where = f"examples[{i}]"
-        if set(e) - _EXAMPLE_KEYS:
-            raise ValueError(f"{where}.{sorted(set(e) - _EXAMPLE_KEYS)[0]}: unknown key")
+        _unknown(e, _EXAMPLE_KEYS, where)
         if "before" not in e:
             raise ValueError(f"{where}: needs 'before'")
-        arch = e.get("arch", arches[0])
+        arch = _str(e.get("arch", arches[0]), f"{where}.arch")
         if arch not in ARCHES:
-            raise ValueError(f"{where}.arch: unknown arch {arch!r}")
+            raise ValueError(f"{where}.arch: unknown arch {_shown(arch)}")
+        context = e.get("context") or {}
+        if not isinstance(context, dict):
+            raise ValueError(f"{where}.context: expected a table of path = source, got {_shown(context)}")
+        for rel, code in context.items():
+            example_path(rel, f"{where}.context")
+            _str(code, f"{where}.context")
         examples.append(Example(
-            before=e["before"], after=e.get("after"), arch=arch, path=e.get("path", "example.py"),
-            context=tuple(sorted((e.get("context") or {}).items())), upstream=bool(e.get("upstream", False)),
-            name=e.get("name", f"example {i + 1}"),
+            before=_str(e["before"], f"{where}.before"),
+            after=None if e.get("after") is None else _str(e["after"], f"{where}.after"),
+            arch=arch, path=example_path(e.get("path", "example.py"), f"{where}.path"),
+            context=tuple(sorted(context.items())), upstream=_bool(e.get("upstream"), f"{where}.upstream", False),
+            name=_str(e.get("name", f"example {i + 1}"), f"{where}.name"),
+            fallback=_bool(e.get("fallback"), f"{where}.fallback", False),
         ))
     return Patch(
-        id=pid, summary=str(data["summary"]), arches=arches, sites=tuple(sites), codemod=codemod,
+        id=pid, summary=summary, arches=arches, sites=tuple(sites), codemod=codemod,
         applies_to=_check_spec(data.get("applies_to"), "applies_to"),
         applies_to_reason=_str(data.get("applies_to_reason", ""), "applies_to_reason"),
         ignore=tuple(ignore), examples=tuple(examples), path=path,
     )
 
 
-def _toml_patch(path: Path, text: str) -> Patch:
-    from forgepatch.config import key_line, parse_toml
+def _key_loc(exc: ValueError) -> tuple[str, ...]:
+    key = getattr(exc, "key", None) or str(exc).split(":", 1)[0]
+    return tuple(re.sub(r"\[\d+\]", "", key).split("."))
+
+
+def _toml_patch(path: Path, raw: bytes) -> Patch:
+    from forgepatch.config import decode_utf8, key_line, parse_toml
     from forgepatch.patching.codemods import declarative_codemod
 
+    text = decode_utf8(path, raw)
     data = parse_toml(path, text)
     try:
-        codemod = declarative_codemod(data.get("codemod", "arch-gate"))
+        name = data.get("codemod", "arch-gate")
+        codemod = declarative_codemod(_str(name, "codemod"))
         return build_patch(data, codemod, path)
     except ValueError as exc:
-        key = str(exc).split(":", 1)[0]
-        loc = tuple(re.sub(r"\[\d+\]", "", key).split("."))
-        raise BadInput(located(path, key_line(text, loc), str(exc))) from None
+        raise BadInput(located(path, key_line(text, _key_loc(exc)), str(exc))) from None
 
 
-def _py_patch(path: Path) -> Patch:
-    spec = importlib.util.spec_from_file_location(f"forgepatch_patch_{path.stem.replace('-', '_')}", path)
-    module = importlib.util.module_from_spec(spec)
+def _py_key_line(source: str, message: str) -> int | None:
+    """The line of the ``PATCH`` entry a validation message names (``sites[0].required``),
+    else of the ``PATCH`` assignment."""
+    import ast
+
     try:
-        spec.loader.exec_module(module)
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    node = None
+    for stmt in tree.body:
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(stmt, ast.AnnAssign) else []
+        if any(isinstance(t, ast.Name) and t.id == "PATCH" for t in targets):
+            node = stmt
+    if node is None:
+        return None
+    line, value = node.lineno, node.value
+    key = message.split(":", 1)[0]
+    for part in re.findall(r"[^.\[\]]+|\[\d+\]", key):
+        if part.startswith("[") and isinstance(value, (ast.List, ast.Tuple)):
+            i = int(part[1:-1])
+            if i >= len(value.elts):
+                break
+            value = value.elts[i]
+        elif isinstance(value, ast.Dict):
+            hit = next((v for k, v in zip(value.keys, value.values)
+                        if isinstance(k, ast.Constant) and k.value == part), None)
+            if hit is None:
+                break
+            value = hit
+        else:
+            break
+        line = value.lineno
+    return line
+
+
+def _py_source(path: Path, raw: bytes) -> str:
+    """The patch file's text in its declared encoding (PEP 263, default UTF-8);
+    ``file:line: not UTF-8`` (or the declared one) before anything runs."""
+    import io
+    import tokenize
+
+    from forgepatch.config import decode_utf8
+
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
     except SyntaxError as exc:
-        raise BadInput(located(path, exc.lineno, f"syntax error: {exc.msg}")) from None
-    except Exception as exc:  # noqa: BLE001 - a broken patch file is bad input
-        raise BadInput(located(path, None, f"cannot load patch: {type(exc).__name__}: {exc}")) from None
+        raise BadInput(located(path, getattr(exc, "lineno", None) or 1, f"bad encoding declaration: {exc.msg if hasattr(exc, 'msg') else exc}")) from None
+    if encoding in ("utf-8", "utf-8-sig"):
+        return decode_utf8(path, raw.removeprefix(b"\xef\xbb\xbf"))
+    try:
+        return raw.decode(encoding)
+    except (UnicodeDecodeError, LookupError) as exc:
+        start = getattr(exc, "start", 0)
+        raise BadInput(located(path, raw.count(b"\n", 0, start) + 1, f"not valid {encoding}")) from None
+
+
+def _py_patch(path: Path, raw: bytes) -> Patch:
+    import ast
+
+    from forgepatch.patching import guard
+
+    source = _py_source(path, raw)
+    module = guard.import_patch(path)
     data, codemod = getattr(module, "PATCH", None), getattr(module, "Codemod", None)
     if not isinstance(data, dict) or codemod is None:
         raise BadInput(located(path, None, "a .py patch must define PATCH (a dict) and Codemod (a SiteCodemod class)"))
+    codemod_line = None
     try:
-        return build_patch(data, codemod, path)
+        codemod_line = next((n.lineno for n in ast.parse(source).body
+                             if isinstance(n, (ast.ClassDef, ast.Assign)) and (
+                                 getattr(n, "name", None) == "Codemod"
+                                 or any(isinstance(t, ast.Name) and t.id == "Codemod" for t in getattr(n, "targets", [])))), None)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        pass
+    guard.check_codemod(codemod, path, codemod_line)
+    try:
+        patch = build_patch(data, codemod, path)
     except ValueError as exc:
-        raise BadInput(located(path, None, str(exc))) from None
+        raise BadInput(located(path, _py_key_line(source, str(exc)), str(exc))) from None
+    except RecursionError:
+        raise BadInput(located(path, _py_key_line(source, ""), "PATCH is nested too deeply")) from None
+    patch.codemod_line = codemod_line
+    return patch
 
 
 def load_patch(path: Path) -> Patch:
+    from forgepatch.paths import check_path
+
+    check_path(path, "patch", "file")
     try:
         raw = path.read_bytes()
     except OSError as exc:
         raise BadInput(f"{path}: cannot read patch: {exc.strerror}") from None
-    patch = _toml_patch(path, raw.decode("utf-8", "replace")) if path.suffix == ".toml" else _py_patch(path)
+    patch = _toml_patch(path, raw) if path.suffix == ".toml" else _py_patch(path, raw)
     patch.hash = hashlib.sha256(raw).hexdigest()
     return patch
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from forgepatch.journal import STATE_DIR
+
 
 class DirTree:
     """An ``sglang/`` directory on disk."""
@@ -19,7 +21,7 @@ class DirTree:
             root = str(self.package)
             out = []
             for dirpath, dirnames, filenames in os.walk(root):
-                dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+                dirnames[:] = sorted(d for d in dirnames if d not in ("__pycache__", STATE_DIR))
                 rel = os.path.relpath(dirpath, root)
                 for f in filenames:
                     if f.endswith(".py"):
@@ -28,13 +30,37 @@ class DirTree:
         return self._paths
 
     def read(self, rel: str) -> bytes:
-        return (self.package / rel).read_bytes()
+        try:
+            with open(self.package / rel, "rb", opener=_open_regular) as fh:
+                return fh.read()
+        except OSError as exc:
+            import errno
+
+            from forgepatch.errors import BadInput
+            from forgepatch.paths import check_path
+
+            if exc.errno == errno.ENOENT and not os.path.islink(self.package / rel):
+                raise  # no such file: callers probing the tree ask for that
+            check_path(self.package / rel, "source tree", "file")  # names a loop, a dangling link, ...
+            raise BadInput(f"source tree: {self.package / rel}: cannot read: {exc.strerror}") from None
 
     def key(self, rel: str) -> str | None:
         return None
 
     def display(self, rel: str) -> str:
         return str(self.package / rel)
+
+
+def _open_regular(path, flags):
+    """Open without blocking on a FIFO or device, and refuse anything but a regular file."""
+    import stat
+
+    fd = os.open(path, flags | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(21, "not a regular file", str(path))
+    os.set_blocking(fd, True)
+    return fd
 
 
 class MemoryTree:
