@@ -51,6 +51,13 @@ def test_release_promotes_by_manifest_and_verify_catches_a_moved_tag(world, regi
     manifest = digest.partition("@")[2]
     blobs, uploads = registry.blobs(), registry.upload_sessions()
 
+    reg = remote.Registry(parse(repo))
+    dry = run(world, "release", "--repo", world.repo, "--results", results, "--arch", ARCH, "--pin", PIN, "--dry-run",
+              host=second_engine.host)
+    assert dry.rc == 0, dry.err
+    assert f"registry: would tag {digest} as {PIN}-{ARCH}-validated, {RELEASE_TAG}" in dry.out
+    assert reg.head(parse(f"{repo}:{RELEASE_TAG}")) is None and world.tags() == []  # a dry run tags nothing
+
     # the release job runs where the image never was: everything comes from results + registry
     r = run(world, "release", "--repo", world.repo, "--results", results, "--arch", ARCH, "--pin", PIN, "--json",
             host=second_engine.host)
@@ -58,7 +65,6 @@ def test_release_promotes_by_manifest_and_verify_catches_a_moved_tag(world, regi
     (comb,) = json.loads(r.out)["combinations"]
     assert comb["status"] == "released"
     assert comb["registry"] == {"digest": digest, "tags": [f"{repo}:{PIN}-{ARCH}-validated", f"{repo}:{RELEASE_TAG}"]}
-    reg = remote.Registry(parse(repo))
     assert reg.head(parse(f"{repo}:{PIN}-{ARCH}-validated")) == manifest
     assert reg.head(parse(f"{repo}:{RELEASE_TAG}")) == manifest
     assert registry.blobs() == blobs and registry.upload_sessions() == uploads  # no layer, no config uploaded
