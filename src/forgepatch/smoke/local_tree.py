@@ -71,6 +71,20 @@ def runs_sglang(spec) -> bool:
     return any("sglang" in token for token in launch_command(spec))
 
 
+def job_python(spec, env: dict[str, str]) -> str:
+    """The interpreter the job's SGLang runs under: the launch command's own when it starts
+    with a Python (``python3 -m sglang.launch_server`` runs the ``python3`` on PATH, which need
+    not be forgepatch's), else forgepatch's."""
+    argv = launch_command(spec)
+    if spec.kind == "command" and argv and argv[0] in ("python3", "python"):
+        return sys.executable  # the local runner runs a command's bare python as its own
+    if argv and Path(argv[0]).name.startswith("python"):
+        found = shutil.which(argv[0], path=env.get("PATH"))
+        if found:
+            return found
+    return sys.executable
+
+
 def _key(source, patchset: str) -> str:
     from forgepatch.combination import engine_digest
 

@@ -1,0 +1,379 @@
+"""Crash-safe multi-file writes: a lock per target tree and a write-ahead journal.
+
+A tree forgepatch writes several files into (a package patched ``--in-place``, a report
+directory) gets a state directory ``<root>/.forgepatch/`` for the length of a run:
+
+``lock``
+    ``fcntl.flock``-ed: exclusive by a writer, shared by a reader. A run waits up to
+    ``FORGEPATCH_LOCK_TIMEOUT`` seconds (default 30) for it, then fails with one line naming
+    the holder's pid.
+``staged/N``
+    the new content of each file, written and fsync-ed first.
+``journal.json``
+    written (fsync-ed, then renamed into place: the commit point) before the first rename
+    of a staged file over its target; it lists every file with the sha256 of its old and
+    new content and where its staged copy is. Removed last, after every rename.
+
+A run killed before the journal exists changed nothing: the next one removes the staged
+copies (rolled back). A run killed after it rolls forward: the next one renames the staged
+copies still there, checking each target still holds its old or new content. Either way it
+says so in one line on stderr, and the state directory is gone when that run ends, so no
+temp file outlives a run that ends. Recovery is idempotent: a crash during it is recovered
+by the next run.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from forgepatch.errors import BadInput, Failure
+
+STATE_DIR = ".forgepatch"
+LOCK = "lock"
+JOURNAL = "journal.json"
+STAGED = "staged"
+FORMAT = "forgepatch-journal/1"
+DEFAULT_TIMEOUT = 30.0
+
+
+def notify(message: str) -> None:
+    """The one line a recovery prints (stderr: ``--json`` keeps stdout one document)."""
+    print(f"forgepatch: {message}", file=sys.stderr, flush=True)
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def lock_timeout() -> float:
+    raw = os.environ.get("FORGEPATCH_LOCK_TIMEOUT", "")
+    if not raw:
+        return DEFAULT_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        raise BadInput(f"FORGEPATCH_LOCK_TIMEOUT: {raw!r} is not a number of seconds") from None
+    if value < 0 or value != value:
+        raise BadInput(f"FORGEPATCH_LOCK_TIMEOUT: {raw!r} must be 0 or more seconds")
+    return value
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_synced(path: Path, data: bytes, mode: int = 0o644) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fchmod(fd, mode)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# -- the lock ----------------------------------------------------------------------------
+class TreeLock:
+    """``<root>/.forgepatch/lock`` held with ``flock``. The lock file is removed by the last
+    holder (a waiter that then gets a removed file sees that and takes the new one)."""
+
+    def __init__(self, root: Path, what: str) -> None:
+        self.root = Path(root)
+        self.state = self.root / STATE_DIR
+        self.path = self.state / LOCK
+        self.what = what
+        self.fd: int | None = None
+        self.exclusive = False
+
+    def _open(self) -> int:
+        self.state.mkdir(exist_ok=True)
+        return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+
+    def _same_file(self, fd: int) -> bool:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return False
+        own = os.fstat(fd)
+        return (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino)
+
+    def holder(self) -> str:
+        try:
+            text = self.path.read_text(encoding="utf-8", errors="replace").strip()
+        except OSError:
+            text = ""
+        return text or "a forgepatch run reading it"
+
+    def acquire(self, exclusive: bool, timeout: float | None = None) -> None:
+        timeout = lock_timeout() if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        op = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
+        while True:
+            try:
+                fd = self._open()
+            except OSError as exc:
+                raise BadInput(f"{self.root}: cannot lock for {self.what}: {exc.strerror}") from None
+            while True:
+                try:
+                    fcntl.flock(fd, op)
+                    break
+                except OSError as exc:
+                    if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                        os.close(fd)
+                        raise
+                if time.monotonic() >= deadline:
+                    holder = self.holder()
+                    os.close(fd)
+                    raise Failure(f"{self.root} is locked by {holder}; waited {timeout:g} s "
+                                  f"(FORGEPATCH_LOCK_TIMEOUT) for {self.what}; try again when it has finished")
+                time.sleep(0.05)
+            if self._same_file(fd):
+                break
+            os.close(fd)  # the previous holder removed the file while we waited: take the new one
+        self.fd, self.exclusive = fd, exclusive
+        if exclusive:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"pid {os.getpid()} ({self.what})\n".encode())
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        fd, self.fd = self.fd, None
+        if self.exclusive:
+            self._remove_state()
+            os.close(fd)
+            return
+        os.close(fd)
+        # a reader removes the lock file only when nobody else holds it
+        try:
+            fd = os.open(self.path, os.O_RDWR)
+        except OSError:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return
+        if self._same_file(fd) and not _pending(self.state):
+            self._remove_state()
+        os.close(fd)
+
+    def _remove_state(self) -> None:
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+        try:
+            self.state.rmdir()
+        except OSError:
+            pass  # not empty: a journal this run could not complete stays for the next one
+
+
+def _pending(state: Path) -> bool:
+    """Anything of an interrupted transaction (staged copies, a journal) under ``state``."""
+    try:
+        return any(p.name != LOCK for p in state.iterdir())
+    except OSError:
+        return False
+
+
+# -- the journal -------------------------------------------------------------------------
+@dataclass
+class Entry:
+    path: str  # relative to the root, POSIX
+    old: str | None  # sha256 of the content replaced (None: a new file)
+    new: str
+    staged: str  # relative to the state directory
+    mode: int
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "old": self.old, "new": self.new, "staged": self.staged, "mode": self.mode}
+
+
+def _digest(path: Path) -> str | None:
+    try:
+        return sha256(path.read_bytes())
+    except FileNotFoundError:
+        return None
+
+
+def _default_mode() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def _target(root: Path, rel: str) -> Path:
+    target = (root / rel)
+    if os.path.isabs(rel) or ".." in Path(rel).parts:
+        raise BadInput(f"{root}: journal path {rel!r} leaves the tree")
+    return target
+
+
+def recover(root: Path) -> str | None:
+    """Finish or undo an interrupted transaction under ``root`` (the caller holds the
+    exclusive lock). Returns the one-line notice, or None when there was nothing to do."""
+    root = Path(root)
+    state = root / STATE_DIR
+    journal = state / JOURNAL
+    if not state.is_dir():
+        return None
+    if journal.is_file():
+        try:
+            doc = json.loads(journal.read_text(encoding="utf-8"))
+            if doc.get("format") != FORMAT:
+                raise ValueError(f"format {doc.get('format')!r}")
+            entries = [Entry(**e) for e in doc["files"]]
+        except (ValueError, TypeError, KeyError) as exc:
+            raise BadInput(f"{journal}: unreadable journal of an interrupted run ({exc}); "
+                           f"inspect it, then remove {state}") from None
+        todo = []
+        for e in entries:
+            target = _target(root, e.path)
+            have = _digest(target)
+            if have == e.new:
+                continue
+            staged = state / e.staged
+            if have != e.old or _digest(staged) != e.new:
+                raise BadInput(f"{target}: changed since an interrupted {doc.get('what', 'write')} "
+                               f"(pid {doc.get('pid')}); the journal {journal} cannot be completed: "
+                               f"inspect the tree, then remove {state}")
+            todo.append((staged, target))
+        for staged, target in todo:
+            os.replace(staged, target)
+        for parent in {t.parent for _, t in todo}:
+            _fsync_dir(parent)
+        shutil.rmtree(state / STAGED, ignore_errors=True)  # before the journal: see commit()
+        journal.unlink()
+        _fsync_dir(state)
+        return (f"{root}: completed an interrupted {doc.get('what', 'write')} (pid {doc.get('pid')}): "
+                f"{len(todo)} of {len(entries)} file(s) were still to write; now all are")
+    leftovers = [p for p in state.iterdir() if p.name != LOCK]
+    if not leftovers:
+        return None
+    for p in leftovers:
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+    return f"{root}: rolled back an interrupted forgepatch write (it had not committed; no file had been changed)"
+
+
+def commit(root: Path, files: dict[str, bytes], what: str) -> None:
+    """Replace ``files`` (paths relative to ``root``) all or none, surviving a crash at any
+    point (see the module docstring). The caller holds ``root``'s exclusive lock."""
+    root = Path(root)
+    state = root / STATE_DIR
+    staging = state / STAGED
+    entries: list[Entry] = []
+    try:
+        staging.mkdir(parents=True, exist_ok=True)
+        for n, (rel, data) in enumerate(sorted(files.items())):
+            target = _target(root, rel)
+            try:
+                mode = target.stat().st_mode & 0o7777
+                old = sha256(target.read_bytes())
+            except FileNotFoundError:
+                mode, old = _default_mode(), None
+            name = f"{STAGED}/{n}"
+            _write_synced(state / name, data, mode)
+            entries.append(Entry(rel, old, sha256(data), name, mode))
+        _fsync_dir(staging)
+        doc = {"format": FORMAT, "what": what, "pid": os.getpid(), "root": str(root),
+               "files": [e.to_json() for e in entries]}
+        tmp = state / (JOURNAL + ".tmp")
+        _write_synced(tmp, json.dumps(doc, indent=1).encode())
+        for e in entries:
+            _target(root, e.path).parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        (state / (JOURNAL + ".tmp")).unlink(missing_ok=True)
+        raise BadInput(f"{root}: cannot write: {exc.strerror} ({exc.filename}); nothing changed") from None
+    os.replace(tmp, state / JOURNAL)  # the commit point
+    _fsync_dir(state)
+    try:
+        for e in entries:
+            os.replace(state / e.staged, _target(root, e.path))
+        for parent in {_target(root, e.path).parent for e in entries}:
+            _fsync_dir(parent)
+    except OSError as exc:  # e.g. a target directory turned read-only: finish on the next run
+        raise BadInput(f"{root}: cannot write: {exc.strerror} ({exc.filename}); the journal in {state} "
+                       f"completes it on the next forgepatch run") from None
+    # the (now empty) staging directory goes before the journal: a run killed between the
+    # two leaves a journal (rolled forward: nothing left to do), never a staging directory
+    # without one (which would read as "nothing was changed")
+    shutil.rmtree(staging, ignore_errors=True)
+    (state / JOURNAL).unlink()
+    _fsync_dir(state)
+
+
+# -- what commands use -------------------------------------------------------------------
+@contextmanager
+def open_tree(root: Path, what: str, write: bool) -> Iterator[TreeLock | None]:
+    """Hold ``root``'s lock (exclusive to ``write``, shared to read) after completing any
+    interrupted transaction there. A reader of a tree it cannot write to (no state
+    directory can be made) reads it unlocked: nothing of ours can be half-written there."""
+    root = Path(root)
+    lock = TreeLock(root, what)
+    state = root / STATE_DIR
+    while True:
+        exclusive = write or _pending(state)
+        try:
+            lock.acquire(exclusive=exclusive)
+        except BadInput:
+            if exclusive:
+                raise
+            yield None
+            return
+        if exclusive:
+            try:
+                message = recover(root)
+            except BaseException:
+                lock.release()
+                raise
+            if message:
+                notify(message)
+            if write:
+                break
+            lock.release()  # recovered; read on under a shared lock
+            continue
+        if not _pending(state):
+            break
+        lock.release()  # a writer was killed between our look and our lock: recover first
+    try:
+        yield lock
+    finally:
+        lock.release()
+
+
+def write_files(root: Path, files: dict[str, bytes], what: str) -> None:
+    """Lock ``root``, recover it if needed, and commit ``files`` (paths relative to it)."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    with open_tree(root, what, write=True):
+        commit(root, files, what)
+
+
+def recover_tree(root: Path) -> None:
+    """Complete (or undo) an interrupted transaction under ``root``, if one is there: every
+    command that reads a local tree calls this first."""
+    if _pending(Path(root) / STATE_DIR):
+        with open_tree(root, "recovery", write=True):
+            pass
