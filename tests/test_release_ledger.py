@@ -120,7 +120,8 @@ def snapshot(root: Path) -> dict[str, bytes]:
 
 @pytest.mark.parametrize("args, needles", [
     (["release", "--pin", "nope", "--repo", "repo"], ["--pin: unknown pin 'nope'"]),
-    (["release", "--arch", "sm999", "--repo", "repo"], ["--arch: 'sm999' is not configured"]),
+    (["release", "--arch", "sm103", "--repo", "repo"], ["--arch: 'sm103' is not configured"]),
+    (["release", "--arch", "sm999", "--repo", "repo"], ["--arch: unknown arch 'sm999'"]),
     (["release", "--repo", "repo", "--results", "missing.json"], ["--results: cannot read missing.json"]),
     (["release", "--repo", "repo", "--results", "matrix.toml"], ["matrix.toml: not a smoke results file"]),
     (["release", "--repo", "nowhere"], ["--repo: nowhere is not a directory"]),

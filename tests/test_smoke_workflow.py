@@ -61,3 +61,22 @@ def test_workflow_uses_the_sharded_emitter():
     # the shards' results are merged into one document before release reads it
     assert "forgepatch results merge shards/smoke-shard-*/smoke.json --out smoke-results.json" in text
     assert text.index("forgepatch results merge") < text.index("forgepatch release --results smoke-results.json")
+
+
+def test_workflow_goes_through_the_registry():
+    """Build jobs push and output digests; smoke jobs take the build records; the release job
+    runs only on merged results that passed."""
+    import yaml
+
+    doc = yaml.safe_load(WORKFLOW.read_text())
+    jobs = doc["jobs"]
+    build = "\n".join(s.get("run", "") for s in jobs["images"]["steps"])
+    assert "forgepatch build" in build and "--push" in build and "--record" in build and "--audit" in build
+    assert jobs["images"]["outputs"]["digest"] == "${{ steps.build.outputs.digest }}"
+    smoke = "\n".join(s.get("run", "") for s in jobs["smoke"]["steps"])
+    assert 'records+=(--builds "$f")' in smoke and '"${records[@]}"' in smoke
+    assert jobs["smoke"]["needs"] == "images" and jobs["merge"]["needs"] == "smoke"
+    assert jobs["release"]["needs"] == "merge"
+    assert "needs.merge.outputs.ok == 'true'" in jobs["release"]["if"]
+    release = "\n".join(s.get("run", "") for s in jobs["release"]["steps"])
+    assert "forgepatch release --results smoke-results.json" in release

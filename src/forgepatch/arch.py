@@ -76,7 +76,7 @@ def get_arch(name: str) -> Arch:
         key = str(name).strip().lower().replace("_", "").replace("-", "")
         scores = {a: difflib.SequenceMatcher(None, key, a).ratio() for a in ARCHES}
         best = max(scores.values())
-        close = [a for a, score in scores.items() if score == best and score >= 0.6]
+        close = [a for a, score in scores.items() if score == best and score >= 0.75]
         hint = f"; did you mean {' or '.join(close)}?" if close else ""
         raise BadInput(f"--arch: unknown arch {name!r} (known: {', '.join(ARCHES)}){hint}")
     return ARCHES[canonical]

@@ -36,6 +36,27 @@ def pin_add(
         console().print(f"pinned [bold]{row.name}[/] = {row.kind} {row.source} -> {row.resolved} in {config}")
 
 
+@pin_app.command("base")
+def pin_base(
+    arch: str = typer.Argument(..., help="The arch whose base image to pin (arches.<arch>.base_image)."),
+    image: Optional[str] = typer.Option(None, "--image", help="Pin this REPO:TAG instead of the configured base."),
+    json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Resolve the arch's base image tag to its registry digest and record repo@sha256:... in
+    ./matrix.toml (or --config FILE), comments kept: the same pin and patches then build on
+    the same base bytes tomorrow."""
+    from forgepatch.fork.pins import editable_config, pin_base as pin
+
+    config = editable_config(STATE.config_path)
+    row = pin(config, arch, image)
+    if json_out:
+        print_json(row.to_json())
+    elif row.changed:
+        console().print(f"pinned arches.{row.arch}.base_image = {row.digest} (was {row.was}) in {config}", markup=False)
+    else:
+        console().print(f"arches.{row.arch}.base_image is pinned already: {row.digest}", markup=False)
+
+
 @pin_app.command("list")
 def pin_list(json_out: bool = typer.Option(False, "--json", help="Print the pins as JSON.")) -> None:
     """List the pins of matrix.toml with what they resolve to."""

@@ -192,6 +192,12 @@ def validated_ref(repo: str, pin: str, arch: str) -> str:
     return image_ref(repo, pin, arch, VALIDATED)
 
 
+def release_image_tag(tag: str) -> str:
+    """The registry tag of a release: its git tag name made tag-safe
+    (``forgepatch/v0.5.23/sm120`` -> ``forgepatch-v0.5.23-sm120``)."""
+    return tag_safe(tag, 128)
+
+
 def smoke_image(template: str, repo: str, pin: str, arch: str) -> str:
     """``[smoke] image`` (or ``--image``) with its placeholders filled in the builder's way."""
     return template.format(repo=repo, pin=tag_safe(pin), arch=arch)

@@ -178,3 +178,54 @@ def list_pins(matrix) -> list[PinRow]:
             )
         )
     return rows
+
+
+# -- base images by digest -------------------------------------------------------------------
+@dataclass
+class BasePin:
+    arch: str
+    was: str  # the reference matrix.toml had
+    digest: str  # repo@sha256:... now recorded
+    changed: bool  # False: it was pinned to that digest already
+
+    def to_json(self) -> dict:
+        return self.__dict__.copy()
+
+
+def pin_base(config: Path, arch: str, image: str | None = None) -> BasePin:
+    """Resolve ``arches.<arch>.base_image`` (or ``image``) to the digest its registry has now
+    and record ``base_image = "repo@sha256:..."`` in ``config`` (tomlkit: comments and layout
+    kept; validated, then written atomically). A base given by digest is left as it is."""
+    import tomlkit
+
+    from forgepatch import registry
+    from forgepatch.combination.refs import parse
+    from forgepatch.config import load_matrix, key_line
+    from forgepatch.errors import located
+
+    matrix = load_matrix(config)
+    cfg = matrix.arch(arch)
+    current = image or cfg.base_image
+    if not current:
+        raise BadInput(f"pin base: arches.{arch}.base_image is not set in {config}; pass --image REPO:TAG")
+    ref = parse(current, "--image" if image else f"arches.{arch}.base_image")
+    if ref.digest and not image:
+        return BasePin(arch, current, f"{ref.name}@{ref.digest}", False)
+    digest = registry.Registry(ref).head(ref)
+    if digest is None:
+        raise BadInput(f"pin base: registry {ref.host} has no {ref}")
+    pinned = f"{ref.name}@{digest}"
+    if pinned == cfg.base_image:
+        return BasePin(arch, current, pinned, False)
+    text = config.read_text(encoding="utf-8")
+    doc = tomlkit.parse(text)
+    try:
+        table = doc["arches"][arch]
+    except KeyError:  # an arch defined in a dotted key or inline table we do not edit
+        raise BadInput(located(config, key_line(text, ("arches", arch)), f"pin base: cannot edit arches.{arch}")) from None
+    item = tomlkit.string(pinned)
+    if ref.tag:
+        item.comment(f"pinned from {ref.name}:{ref.tag} by `forgepatch pin base`")
+    table["base_image"] = item
+    _write_validated(config, tomlkit.dumps(doc))
+    return BasePin(arch, current, pinned, True)

@@ -29,7 +29,13 @@ def preflight_push(repo: str) -> ImageRef:
     from forgepatch import registry
 
     ref = push_repo(repo)
-    registry.check_access(ref)
+    try:
+        registry.check_access(ref)
+    except BadInput as exc:
+        if ref.registry is None:  # the default image_repo: Docker Hub is rarely what was meant
+            raise BadInput(f"{exc}; [smoke] image_repo {repo!r} names Docker Hub: set it to your registry's "
+                           "repository (e.g. ghcr.io/ORG/sglang)") from None
+        raise
     return ref
 
 

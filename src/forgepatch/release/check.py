@@ -118,7 +118,9 @@ def evaluate(inp: Inputs, arch: str, pin: str) -> Evaluation:
     else:
         out.reasons += _judge_branch(inp, br, arch, pin, patchset, want)
 
-    image = ev.current_image(inp.api, matrix.smoke.image_repo, arch, pin, inp.image_override)
+    ran_on = max(((ev.parse_time(j.finished_at) or ev.parse_time("1970-01-01T00:00:00Z"), j.image_digest)
+                  for _, j in jobs if j.image_digest), default=(None, None))[1]
+    image = ev.current_image(inp.api, matrix.smoke.image_repo, arch, pin, inp.image_override, ran_on)
     if image is None:
         out.reasons.append(Reason("no-image", f"no image labelled {arch}/{pin} in the Docker engine (run `forgepatch build --arch {arch} --pin {pin}`)"))
     else:
@@ -212,6 +214,6 @@ def _judge_profile(prof: str, mine, image: ev.ImageFacts, patchset: str) -> tupl
         return Reason("failing-profile", f"profile {prof} {'failed' if j.status == 'fail' else j.status}: {what}"
                       f"{f' [{j.signature}]' if j.signature else ''}{where} (job {j.id}, {f.path})", prof), {}
     record = {"status": "pass", "job": j.id, "finished_at": j.finished_at, "image_id": j.image_id,
-              "patchset": j.patchset, "results": f.sha256,
+              "image_digest": j.image_digest, "audit": j.audit, "patchset": j.patchset, "results": f.sha256,
               "toolchain": j.toolchain.model_dump(mode="json") if j.toolchain else None}
     return None, record

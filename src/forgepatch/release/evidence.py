@@ -126,6 +126,8 @@ class ImageFacts:
     repo_tags: list[str]
     ref: str | None  # the content-addressed tag <repo>:<pin>-<arch>-<hash12>, if it still names this image
     digest: str | None = None  # registry digest (repo@sha256:...), when the image has one
+    repo_digests: list[str] | None = None
+    local: bool = True  # False: known from the registry only (not in this engine)
 
     @property
     def upstream(self) -> Upstream | None:
@@ -150,7 +152,28 @@ def inspect_image(api, ref: str) -> ImageFacts | None:
 
     labels = (doc.get("Config") or {}).get("Labels") or {}
     created = parse_time(doc.get("Created")) or datetime.fromtimestamp(0, timezone.utc)
-    return ImageFacts(doc["Id"], created, dict(labels), list(doc.get("RepoTags") or []), None, repo_digest(doc))
+    return ImageFacts(doc["Id"], created, dict(labels), list(doc.get("RepoTags") or []), None, repo_digest(doc),
+                      list(doc.get("RepoDigests") or []))
+
+
+def remote_image(digest: str, what: str = "--image") -> ImageFacts | None:
+    """An image known from the registry only (its manifest and config; nothing pulled): its
+    ID is the config digest, as the engine would name it once pulled."""
+    from forgepatch import registry
+    from forgepatch.combination.refs import parse_digest_ref
+
+    found = registry.remote_image(parse_digest_ref(digest, what))
+    if found is None:
+        return None
+    created = parse_time(found.created) or datetime.fromtimestamp(0, timezone.utc)
+    return ImageFacts(found.image_id, created, found.labels, [], None, found.digest_ref, [found.digest_ref], local=False)
+
+
+def _in_repo(image: ImageFacts, repo: str) -> ImageFacts:
+    """The digest that matters is the one in ``repo`` (the image may have been pushed elsewhere too)."""
+    if image.local:
+        image.digest = next((d for d in image.repo_digests or [] if d.partition("@")[0] == repo), None)
+    return image
 
 
 def build_ref(repo: str, pin: str, arch: str, image: ImageFacts) -> str | None:
@@ -163,26 +186,39 @@ def build_ref(repo: str, pin: str, arch: str, image: ImageFacts) -> str | None:
     return others[0] if others else None
 
 
-def current_image(api, repo: str, arch: str, pin: str, override: str | None = None) -> ImageFacts | None:
+def current_image(api, repo: str, arch: str, pin: str, override: str | None = None,
+                  ran_on: str | None = None) -> ImageFacts | None:
     """The image a release of (arch, pin) would publish: ``override`` if given, else the
-    newest image labelled with that arch and pin that has a tag in ``repo``."""
+    newest image labelled with that arch and pin that has a tag in ``repo``; when this engine
+    has none, the digest the smoke jobs ran on (``ran_on``), read from the registry."""
+    from forgepatch.combination.refs import is_digest_ref
+
     if override:
         image = inspect_image(api, override)
+        if image is None and is_digest_ref(override):
+            image = remote_image(override)
+            if image is None:
+                raise BadInput(f"--image: the registry has no image {override}")
         if image is None:
             raise BadInput(f"--image: {override!r} is not in the local Docker engine")
         got = (image.labels.get(LABEL["arch"]), image.labels.get(LABEL["pin"]))
         if got != (arch, pin):
             raise BadInput(f"--image: {override!r} is labelled {got[0]}/{got[1]}, not {arch}/{pin}")
         image.ref = override if override in image.repo_tags else build_ref(repo, pin, arch, image)
-        return image
+        return _in_repo(image, repo)
     listed = api.images(filters={"label": [f"{LABEL['arch']}={arch}", f"{LABEL['pin']}={pin}"]})
     listed = [row for row in listed if any(split_ref(t)[0] == repo for t in row.get("RepoTags") or [])]
     found = [i for i in (inspect_image(api, row["Id"]) for row in listed) if i is not None]
     if not found:
+        if ran_on and is_digest_ref(ran_on) and ran_on.partition("@")[0] == repo:
+            image = remote_image(ran_on, "smoke results image_digest")
+            if image is not None and (image.labels.get(LABEL["arch"]), image.labels.get(LABEL["pin"])) == (arch, pin):
+                image.ref = build_ref(repo, pin, arch, image)
+                return image
         return None
     image = max(found, key=lambda i: i.created)
     image.ref = build_ref(repo, pin, arch, image)
-    return image
+    return _in_repo(image, repo)
 
 
 def resolve_tag(api, ref: str) -> str | None:

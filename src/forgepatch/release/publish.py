@@ -34,6 +34,7 @@ class Outcome:
     reasons: list[Reason] = field(default_factory=list)
     combination: Combination | None = None
     entry: dict[str, Any] | None = None
+    promotion: Any = None  # release.promote.Promotion: the registry tags this release sets
 
     def to_json(self) -> dict[str, Any]:
         comb = self.combination
@@ -43,6 +44,7 @@ class Outcome:
             "combination": None if comb is None else {
                 **comb.identity(), "branch": comb.branch, "upstream": comb.upstream, "image": comb.image.to_json(),
                 "profiles": comb.profiles, "results": [{"path": str(f.path), "sha256": f.sha256} for f in comb.results]},
+            "registry": None if self.promotion is None else {"digest": self.promotion.digest, "tags": self.promotion.refs()},
             "entry": self.entry,
         }
 
@@ -64,6 +66,18 @@ def toolchain_lines(comb: Combination) -> list[str]:
     return ["toolchain:"] + [f"  {p}: {line}" for p, line in found.items()]
 
 
+def release_audit(comb: Combination) -> dict[str, Any] | None:
+    """The kernel audit the smoke jobs carried from the build record (None: not run)."""
+    return next((r["audit"] for r in comb.profiles.values() if r.get("audit")), None)
+
+
+def audit_lines(comb: Combination) -> list[str]:
+    from forgepatch.combination.records import AuditSummary
+
+    found = release_audit(comb)
+    return [f"kernel audit: {AuditSummary.model_validate(found).line()}"] if found else []
+
+
 def tag_message(comb: Combination, tag: str) -> str:
     img = comb.image
     up = img.upstream
@@ -74,6 +88,7 @@ def tag_message(comb: Combination, tag: str) -> str:
              + (f", digest {img.digest}" if img.digest else ""),
              f"image upstream {up.describe() if up else '(not recorded)'}, engine {img.labels.get(LABEL['engine']) or '(not recorded)'}",
              *toolchain_lines(comb),
+             *audit_lines(comb),
              "smoke results:"]
     width = max(len(p) for p in comb.profiles)
     for prof, rec in comb.profiles.items():
@@ -110,14 +125,17 @@ def _short(value: Any) -> str:
     return str(value)
 
 
-def make_entry(comb: Combination, tag: TagFacts, validated: str, archives: dict[str, str], repo, now: datetime) -> dict[str, Any]:
+def make_entry(comb: Combination, tag: TagFacts, validated: str, archives: dict[str, str], repo, now: datetime,
+               promotion: Any = None) -> dict[str, Any]:
     toolchains = {p: (tc.model_dump(mode="json") if tc else None) for p, tc in comb.toolchains().items()}
     common = list({json.dumps(v, sort_keys=True) for v in toolchains.values()})
     return {
         "tag": tag.name, "tag_object": tag.object,
         "pin": comb.pin, "arch": comb.arch, "repo": str(repo.root),
         "branch": comb.branch, "commit": comb.commit, "upstream": comb.upstream, "patchset": comb.patchset,
-        "image": {**comb.image.to_json(), "validated": validated},
+        "image": {**comb.image.to_json(), "validated": validated,
+                  **({"registry_tags": promotion.refs()} if promotion is not None else {})},
+        "audit": release_audit(comb),
         "toolchain": json.loads(common[0]) if len(common) == 1 else None,
         "profiles": comb.profiles,
         "results": [{"path": str(f.path), "sha256": f.sha256, "archive": archives[f.sha256]} for f in comb.results],
@@ -185,10 +203,35 @@ def _one(inp: Inputs, ledger: Ledger, entries: list[dict[str, Any]], arch: str, 
             had = tag_identity(existing) if existing.annotated else {"commit": existing.commit}
             out.reasons.append(Reason("tag-taken", f"tag {tag} already exists in {inp.repo.root} for a different combination ({_differences(want, had)}); tags are immutable"))
             return out
+    out.reasons += _registry_reasons(inp, out, comb)
+    if out.reasons:
+        return out
     if dry_run:
         out.status = "would-release"
         return out
     return _publish(inp, ledger, out, comb, existing)
+
+
+def _registry_reasons(inp: Inputs, out: Outcome, comb: Combination) -> list[Reason]:
+    """The registry side of a release (``release.promote``): the digest to promote, and
+    whether the registry can take its tags. Unreachable registry / refused credentials are
+    bad input (exit 2) before anything is tagged."""
+    from forgepatch.release import promote
+
+    repo = inp.matrix.smoke.image_repo
+    ran = {r.get("image_digest") for r in comb.profiles.values() if r.get("image_digest")}
+    ran = {d for d in ran if d.partition("@")[0] == repo}
+    if len(ran) > 1:
+        return [Reason("other-image", f"the passing profiles ran on different digests: {', '.join(sorted(ran))}")]
+    digest = next(iter(ran), None) or comb.image.digest
+    if not digest:
+        if promote.needs_registry(repo):
+            return [Reason("not-pushed", f"image {comb.image.ref or comb.image.id[:19]} has no digest in {repo}: push it "
+                           f"(`forgepatch build --arch {comb.arch} --pin {comb.pin} --push`) and smoke that digest")]
+        return []
+    out.promotion = promote.plan(digest, comb.pin, comb.arch, out.tag)
+    comb.image.digest = digest
+    return [Reason("registry", msg) for msg in promote.problems(out.promotion, comb.image.id)]
 
 
 def _publish(inp: Inputs, ledger: Ledger, out: Outcome, comb: Combination, existing: TagFacts | None) -> Outcome:
@@ -196,26 +239,49 @@ def _publish(inp: Inputs, ledger: Ledger, out: Outcome, comb: Combination, exist
     api, now = inp.api, datetime.now(timezone.utc)
     archives = {f.sha256: str(ledger.archive_results(f.data).relative_to(ledger.path.parent)) for f in comb.results}
     created = None
-    if existing is None:
-        created = inp.repo.create_tag(out.tag, comb.commit, tag_message(comb, out.tag))
-        if created is None:  # lost a race to a process using another ledger
-            existing = inp.repo.tag(out.tag)
-            if existing is None or not existing.annotated or tag_identity(existing) != comb.identity():
-                out.reasons.append(Reason("tag-taken", f"tag {out.tag} was just created by another process for a different combination"))
-                return out
+    # the registry first: a registry that refuses leaves no git tag and no ledger entry
+    remote_before = _promote(out)
+    try:
+        if existing is None:
+            created = inp.repo.create_tag(out.tag, comb.commit, tag_message(comb, out.tag))
+            if created is None:  # lost a race to a process using another ledger
+                existing = inp.repo.tag(out.tag)
+                if existing is None or not existing.annotated or tag_identity(existing) != comb.identity():
+                    out.reasons.append(Reason("tag-taken", f"tag {out.tag} was just created by another process for a different combination"))
+                    _undo_remote(out, remote_before)
+                    return out
+    except BaseException:
+        _undo_remote(out, remote_before)
+        raise
     facts = created or existing
     validated = validated_ref(inp.matrix.smoke.image_repo, comb.pin, comb.arch)
-    before = ev.resolve_tag(api, validated)
+    local = comb.image.local
+    before = ev.resolve_tag(api, validated) if local else None
     try:
-        ev.set_image_tag(api, comb.image.id, validated)
-        out.entry = ledger.append(make_entry(comb, facts, validated, archives, inp.repo, now))
+        if local:
+            ev.set_image_tag(api, comb.image.id, validated)
+        out.entry = ledger.append(make_entry(comb, facts, validated, archives, inp.repo, now, out.promotion))
     except BaseException:
         if created is not None:  # roll back the tag this run made (only if it is still ours)
             inp.repo.delete_ref(f"refs/tags/{created.name}", created.object)
-        if before and before != comb.image.id:
+        if local and before and before != comb.image.id:
             ev.set_image_tag(api, before, validated)
-        elif not before:
+        elif local and not before:
             ev.remove_image_tag(api, validated)
+        _undo_remote(out, remote_before)
         raise
     out.status = "released" if created is not None else "recorded"
     return out
+
+
+def _promote(out: Outcome) -> dict[str, str | None] | None:
+    from forgepatch.release import promote
+
+    return promote.promote(out.promotion) if out.promotion is not None else None
+
+
+def _undo_remote(out: Outcome, before: dict[str, str | None] | None) -> None:
+    from forgepatch.release import promote
+
+    if out.promotion is not None and before is not None:
+        promote.undo(out.promotion, before)

@@ -119,6 +119,10 @@ def _check_image(check, api, entry: dict[str, Any], newest: bool) -> None:
     rec = entry.get("image") or {}
     image_id = rec.get("id")
     image = ev.inspect_image(api, image_id) if image_id else None
+    in_registry = bool(rec.get("digest") and rec.get("registry_tags"))
+    if image is None and in_registry:
+        _check_registry(check, entry, newest)  # not in this engine: the registry is the evidence
+        return
     check("image", image is not None, f"image {str(image_id)[:19]} is no longer in the Docker engine")
     labels = image.labels
     for key, want in ((LABEL["arch"], entry["arch"]), (LABEL["pin"], entry["pin"]), (LABEL["patchset"], entry.get("patchset"))):
@@ -127,11 +131,24 @@ def _check_image(check, api, entry: dict[str, Any], newest: bool) -> None:
         now = ev.resolve_tag(api, rec["ref"])
         check("image", now in (None, image_id),
               f"image rebuilt since release: {rec['ref']} now names {str(now)[:19]}, the release validated {image_id[:19]}")
-    if newest and rec.get("validated"):
+    if newest and rec.get("validated") and not in_registry:  # else the registry's tag is the one that counts
         now = ev.resolve_tag(api, rec["validated"])
         check("image", now == image_id,
               f"{rec['validated']} names {str(now)[:19] if now else 'nothing'}, the release validated {image_id[:19]}")
     check("image", None, f"{image_id[:19]} ({rec.get('ref') or 'untagged'})")
+    if in_registry:
+        _check_registry(check, entry, newest)
+
+
+def _check_registry(check, entry: dict[str, Any], newest: bool) -> None:
+    """The registry tags still name the recorded digest, whose labels match the ledger."""
+    from forgepatch.release import promote
+
+    for ok, detail in promote.check(entry, newest):
+        check("registry", ok, detail)
+    rec = entry["image"]
+    shown = rec["registry_tags"] if newest else rec["registry_tags"][1:]
+    check("registry", None, f"{', '.join(shown)} -> {rec['digest'].partition('@')[2][:19]}")
 
 
 def _check_results(check, ledger: Ledger, entry: dict[str, Any]) -> None:

@@ -175,7 +175,8 @@ def github_matrix(matrix, shard=None, by: str = "job") -> dict:
         for a, p, _ in combos:
             if (a, p) not in seen:
                 seen.add((a, p))
-                include.append({"arch": a, "pin": p, "source": matrix.pins[p].source})
+                include.append({"arch": a, "pin": p, "source": matrix.pins[p].source,
+                                "base_image": matrix.arches[a].base_image or ""})
         return {"include": include}
     if by != "job":
         raise BadInput(f"--by: {by!r} is not job or image")

@@ -1,0 +1,48 @@
+"""Image references, parsed in one place (forgepatch.combination.refs), by Docker's rules."""
+
+from __future__ import annotations
+
+import pytest
+
+from forgepatch.combination.refs import is_digest_ref, parse, parse_digest_ref
+from forgepatch.errors import BadInput
+
+D = "sha256:" + "ab" * 32
+
+
+@pytest.mark.parametrize("text, registry, path, tag, digest, host, api_path", [
+    ("lmsysorg/sglang:latest", None, "lmsysorg/sglang", "latest", None, "registry-1.docker.io", "lmsysorg/sglang"),
+    ("ubuntu", None, "ubuntu", None, None, "registry-1.docker.io", "library/ubuntu"),
+    ("docker.io/library/ubuntu:22.04", None, "library/ubuntu", "22.04", None, "registry-1.docker.io", "library/ubuntu"),
+    ("127.0.0.1:5000/forgepatch/sglang:v0.5.23-sm120", "127.0.0.1:5000", "forgepatch/sglang", "v0.5.23-sm120", None,
+     "127.0.0.1:5000", "forgepatch/sglang"),
+    (f"ghcr.io/my-org/sglang@{D}", "ghcr.io", "my-org/sglang", None, D, "ghcr.io", "my-org/sglang"),
+    (f"localhost:5000/x:t@{D}", "localhost:5000", "x", "t", D, "localhost:5000", "x"),
+    ("localhost/x", "localhost", "x", None, None, "localhost", "x"),
+])
+def test_parse(text, registry, path, tag, digest, host, api_path):
+    ref = parse(text)
+    assert (ref.registry, ref.path, ref.tag, ref.digest, ref.host, ref.api_path) == (registry, path, tag, digest, host, api_path)
+    assert str(parse(str(ref))) == str(ref)
+
+
+def test_loopback_and_auth_key():
+    assert parse("127.0.0.1:5000/x").loopback and parse("localhost:5000/x").loopback
+    assert not parse("ghcr.io/x").loopback and not parse("x/y").loopback
+    assert parse("x/y").auth_key == "https://index.docker.io/v1/" and parse("ghcr.io/x").auth_key == "ghcr.io"
+    assert parse("ghcr.io/o/x:t").with_digest(D).__str__() == f"ghcr.io/o/x@{D}"
+    assert str(parse(f"ghcr.io/o/x@{D}").with_tag("v1")) == "ghcr.io/o/x:v1"
+
+
+@pytest.mark.parametrize("text", ["", "UPPER/case", "x/y@sha256:abc", "x:-bad", "x/y:", "ghcr.io/", "a//b", "x y"])
+def test_bad_refs_are_bad_input_naming_the_flag(text):
+    with pytest.raises(BadInput) as exc:
+        parse(text, "--image")
+    assert str(exc.value).startswith("--image:") and "\n" not in str(exc.value)
+
+
+def test_digest_required():
+    assert parse_digest_ref(f"ghcr.io/o/x@{D}", "--image").digest == D
+    with pytest.raises(BadInput, match="is a tag, not a digest"):
+        parse_digest_ref("ghcr.io/o/x:v1", "--image")
+    assert is_digest_ref(f"x@{D}") and not is_digest_ref("x:v1") and not is_digest_ref("x@sha256:12")
