@@ -291,6 +291,15 @@ def test_version_help_alias_exit_codes_and_json_version():
     assert "--show-completion" in forgepatch("-h").out
     completion = forgepatch("--show-completion", "bash")
     assert completion.rc == 0 and "complete" in completion.out and "_FORGEPATCH_COMPLETE" in completion.out
+    import os
+
+    def complete(words: str) -> list[str]:  # what the installed bash script asks the CLI
+        env = {**os.environ, "_FORGEPATCH_COMPLETE": "complete_bash", "COMP_WORDS": words,
+               "COMP_CWORD": str(len(words.split()) - 1)}
+        return forgepatch(env=env).out.split()
+
+    assert complete("forgepatch ap") == ["apply"]
+    assert complete("forgepatch apply --arch sm12") == ["sm120", "sm121"]
     doc = forgepatch("apply", "--arch", "sm120", "--source", "pypi:0.5.10", "--check", "--json").json()
     assert doc["forgepatch_version"] == fp.__version__
 

@@ -36,9 +36,16 @@ def pin_add(
         console().print(f"pinned [bold]{row.name}[/] = {row.kind} {row.source} -> {row.resolved} in {config}")
 
 
+def _arch_argument(ctx, value):
+    from forgepatch.cli._options import canonical_arch
+
+    return value if value is None or ctx.resilient_parsing else canonical_arch(value)
+
+
 @pin_app.command("base")
 def pin_base(
-    arch: str = typer.Argument(..., help="The arch whose base image to pin (arches.<arch>.base_image)."),
+    arch: str = typer.Argument(..., help="The arch whose base image to pin (arches.<arch>.base_image); sm_120, 12.0 read as sm120.",
+                               callback=_arch_argument),
     image: Optional[str] = typer.Option(None, "--image", help="Pin this REPO:TAG instead of the configured base."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
