@@ -138,6 +138,13 @@ def test_progress_on_a_terminal_and_never_in_a_pipe_or_json():
     assert json.loads(out)["forgepatch_version"]
     piped = forgepatch(*args)
     assert piped.rc == 1 and piped.err == "" and "\x1b" not in piped.out
+    # a failure takes the progress line down before its message: the message is the last line
+    import re
+
+    rc, seen, _ = _run_on_terminal("apply", "--arch", "sm120", "--source", "pypi:0.5.999", "--check")
+    assert rc == 2 and b"downloading sglang==0.5.999 from PyPI" in seen
+    last = re.split(rb"\r|\n", seen.rstrip(b"\r\n"))[-1]  # what the terminal's last line shows
+    assert re.sub(rb"\x1b\[[0-9;?]*[A-Za-z]", b"", last) == b"forgepatch: error: --source: sglang==0.5.999 does not exist on PyPI"
 
 
 # -- item 3: natural inputs ----------------------------------------------------------------
