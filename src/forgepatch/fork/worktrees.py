@@ -75,27 +75,30 @@ def drop(repo: GitRepo, wt: Path) -> None:
 def prune_leftovers(repo: GitRepo) -> int:
     """Remove every worktree (and message file) a killed fork left; the caller holds the
     repository's forgepatch lock. Returns how many worktrees were removed."""
-    removed = 0
+    names: set[str] = set()
     admin = repo.git_dir / "worktrees"
     if admin.is_dir():
         for entry in sorted(admin.iterdir()):
             try:
-                checkout = Path((entry / "gitdir").read_text(encoding="utf-8").strip()).parent
-            except OSError:  # `git worktree add` killed before it wrote gitdir
+                gitdir = (entry / "gitdir").read_text(encoding="utf-8").strip()
+            except OSError:
+                gitdir = ""
+            if not gitdir:  # `git worktree add` killed before it wrote gitdir (or while)
                 if _initializing(entry) and _our_name(entry.name):
                     shutil.rmtree(entry, ignore_errors=True)
-                    removed += 1
+                    names.add(entry.name)
                 continue
+            checkout = Path(gitdir).parent
             if _ours(repo, checkout):
                 shutil.rmtree(checkout, ignore_errors=True)
                 shutil.rmtree(entry, ignore_errors=True)  # with its "locked" file and bad HEAD
-                removed += 1
+                names.add(checkout.name)
     root = base(repo)
     if root.is_dir():
         for leftover in sorted(root.iterdir()):
             if leftover.is_dir():
                 shutil.rmtree(leftover, ignore_errors=True)
-                removed += 1
+                names.add(leftover.name)
             else:
                 leftover.unlink(missing_ok=True)
         try:
@@ -106,7 +109,7 @@ def prune_leftovers(repo: GitRepo) -> int:
         repo.run("worktree", "prune")
     except GitError:
         pass
-    return removed
+    return len(names)
 
 
 def ref_lock_message(repo: GitRepo, error: GitError) -> str | None:
