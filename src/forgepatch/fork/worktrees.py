@@ -46,8 +46,12 @@ def slug(arch: str, pin: str) -> str:
 
 
 def _initializing(entry: Path) -> bool:
+    """Locked by ``git worktree add`` while it sets the entry up (or not locked yet, or the
+    lock's text half written: killed in between), not by a user's ``git worktree lock``."""
     try:
-        return (entry / "locked").read_text(encoding="utf-8").strip() == "initializing"
+        return (entry / "locked").read_text(encoding="utf-8").strip() in ("", "initializing")
+    except FileNotFoundError:
+        return True
     except OSError:
         return False
 
