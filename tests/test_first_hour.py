@@ -138,6 +138,13 @@ def test_progress_on_a_terminal_and_never_in_a_pipe_or_json():
     assert json.loads(out)["forgepatch_version"]
     piped = forgepatch(*args)
     assert piped.rc == 1 and piped.err == "" and "\x1b" not in piped.out
+    # a failure takes the progress line down before its message: the message is the last line
+    import re
+
+    rc, seen, _ = _run_on_terminal("apply", "--arch", "sm120", "--source", "pypi:0.5.999", "--check")
+    assert rc == 2 and b"downloading sglang==0.5.999 from PyPI" in seen
+    last = re.split(rb"\r|\n", seen.rstrip(b"\r\n"))[-1]  # what the terminal's last line shows
+    assert re.sub(rb"\x1b\[[0-9;?]*[A-Za-z]", b"", last) == b"forgepatch: error: --source: sglang==0.5.999 does not exist on PyPI"
 
 
 # -- item 3: natural inputs ----------------------------------------------------------------
@@ -291,6 +298,15 @@ def test_version_help_alias_exit_codes_and_json_version():
     assert "--show-completion" in forgepatch("-h").out
     completion = forgepatch("--show-completion", "bash")
     assert completion.rc == 0 and "complete" in completion.out and "_FORGEPATCH_COMPLETE" in completion.out
+    import os
+
+    def complete(words: str) -> list[str]:  # what the installed bash script asks the CLI
+        env = {**os.environ, "_FORGEPATCH_COMPLETE": "complete_bash", "COMP_WORDS": words,
+               "COMP_CWORD": str(len(words.split()) - 1)}
+        return forgepatch(env=env).out.split()
+
+    assert complete("forgepatch ap") == ["apply"]
+    assert complete("forgepatch apply --arch sm12") == ["sm120", "sm121"]
     doc = forgepatch("apply", "--arch", "sm120", "--source", "pypi:0.5.10", "--check", "--json").json()
     assert doc["forgepatch_version"] == fp.__version__
 

@@ -110,11 +110,21 @@ def task(description: str, total: float | None = None, unit: str = "") -> Iterat
     try:
         yield Bar(progress, task_id)
     finally:
-        progress.remove_task(task_id)
-        _open -= 1
-        if _open == 0:
-            progress.stop()
-            _progress = None
+        if progress is _progress:  # not taken down by stop_all() meanwhile
+            progress.remove_task(task_id)
+            _open -= 1
+            if _open == 0:
+                progress.stop()
+                _progress = None
+
+
+def stop_all() -> None:
+    """Take the display down now (a failing command: tasks of suspended generators may stay
+    open until their frames go)."""
+    global _progress, _open
+    if _progress is not None:
+        _progress.stop()
+    _progress, _open = None, 0
 
 
 def track(items: list, description: str) -> Iterator:

@@ -111,7 +111,10 @@ def main(argv: list[str] | None = None) -> int:
         progress.enable(False)
     try:
         # non-standalone typer returns the code of typer.Exit / Ctrl-C (130) instead of raising
-        code = app(args=argv, prog_name="forgepatch", standalone_mode=False)
+        try:
+            code = app(args=argv, prog_name="forgepatch", standalone_mode=False)
+        finally:  # an error leaves no progress line drawing over its message
+            progress.stop_all()
         if isinstance(code, int) and code:
             if code == 130:
                 print("forgepatch: interrupted", file=sys.stderr)

@@ -44,14 +44,21 @@ def _arch_list_callback(ctx: Any, value: Optional[List[str]]) -> Optional[List[s
     return [canonical_arch(v) for v in value]
 
 
+def complete_arch(incomplete: str) -> list[str]:
+    """Shell completion of ``--arch``: the registry names."""
+    from forgepatch.arch import ARCHES
+
+    return [name for name in ARCHES if name.startswith(incomplete.lower())]
+
+
 def arch_option(default: Any = ..., help: str = ARCH_HELP) -> Any:  # noqa: A002 - typer's name
     """``--arch ARCH`` (required unless a default is given), normalised as above."""
-    return typer.Option(default, "--arch", help=help, callback=_arch_callback)
+    return typer.Option(default, "--arch", help=help, callback=_arch_callback, autocompletion=complete_arch)
 
 
 def arch_list_option(help: str) -> Any:  # noqa: A002
     """A repeatable ``--arch``, each one normalised as above."""
-    return typer.Option(None, "--arch", help=help, callback=_arch_list_callback)
+    return typer.Option(None, "--arch", help=help, callback=_arch_list_callback, autocompletion=complete_arch)
 
 
 def source_option(help: str = SOURCE_HELP) -> Any:  # noqa: A002

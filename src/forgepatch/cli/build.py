@@ -46,7 +46,9 @@ def build(
     warning = ship.moving_base(api, target.base_image)
     if warning:
         err.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
-    with err.status(f"patching {target.source} for {target.arch.name} and assembling the context"):
+    from forgepatch import progress as shown  # terminal only, never with --json
+
+    with shown.task(f"patching {target.source} for {target.arch.name} and assembling the context"):
         prepared = prepare(target, matrix, STATE.patches(), context_dir)
     ctx_dir = context_dir or default_context_dir(target.pin, target.arch.name)
     log = ctx_dir.with_name(ctx_dir.name + ".log")
@@ -66,7 +68,7 @@ def build(
         with _PushProgress(err, result.digest, "pulling") as progress:
             ship.fetch(api, result, progress.event)
     if audit:
-        with err.status(f"auditing the CUDA kernels of {result.tags[0]} for {target.arch.name}"):
+        with shown.task(f"auditing the CUDA kernels of {result.tags[0]} for {target.arch.name}"):
             summary = ship.audit(api, result, target.arch)
         result.audit = summary.model_dump(mode="json")
         if summary.verdict != "pass":
@@ -113,16 +115,24 @@ def bake(
     from forgepatch.images.bake import bake_matrix
 
     matrix = STATE.matrix()
-    err = console(stderr=True)
-    with err.status("assembling build contexts") as status:
+    from forgepatch import progress
+
+    with progress.task("assembling build contexts") as bar:
         doc = bake_matrix(
             matrix, STATE.patches(), out, arches=arch or None, pins=pin or None, contexts_dir=contexts,
-            on_target=lambda t: status.update(f"patching {t.source} for {t.arch.name}"),
+            on_target=lambda t: bar.update(f"patching {t.source} for {t.arch.name}"),
         )
     if as_json:
         print_json(doc)
         return
     console().print(f"wrote {out} with {len(doc['target'])} targets: {', '.join(doc['target'])}")
+
+
+def _shown() -> bool:
+    """Progress displays follow ``forgepatch.progress``: a terminal on stderr, no --json."""
+    from forgepatch import progress
+
+    return progress.enabled()
 
 
 class _Progress:
@@ -133,7 +143,7 @@ class _Progress:
 
         self.progress = Progress(
             SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TimeElapsedColumn(), console=con, transient=True,
+            TimeElapsedColumn(), console=con, transient=True, disable=not _shown(),
         )
         self.task = self.progress.add_task("sending build context", total=None)
         self.step = "sending build context"
@@ -171,7 +181,7 @@ class _PushProgress:
         from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn(),
-                                 console=con, transient=True)
+                                 console=con, transient=True, disable=not _shown())
         self.task = self.progress.add_task(f"checking the registry for {ref}", total=None)
         self.layers: dict[str, tuple[int, int]] = {}
         self.ref, self.verb = ref, verb

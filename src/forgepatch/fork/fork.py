@@ -192,7 +192,7 @@ def _build_commits(repo: GitRepo, tree, found: Upstream, result, arch: str, pin:
                 path = f"{tree.package_dir}/{rel}"
                 target = wt / path
                 target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(patch.changes[rel].encode("utf-8"))
+                target.write_bytes(result.encode(rel, patch.changes[rel]))  # the file's own encoding
                 state[rel] = patch.changes[rel]
                 paths.append(path)
             repo.run("add", "--", *paths, cwd=wt)

@@ -150,7 +150,7 @@ def assemble(
     *,
     package: Path | None = None,
     upstream: Path | None = None,
-    changes: dict[str, str] | None = None,
+    changes: dict[str, bytes | str] | None = None,
     wheels: Iterable[Path] = (),
     dockerfile: Path,
     installer: Path,
@@ -245,7 +245,7 @@ def _plan(plan, package, upstream, changes, wheels, dockerfile, installer, packa
         for rel, text in sorted(changes.items()):
             if not _safe_rel(rel):
                 raise BadInput(f"patched file {rel!r}: not a path inside the package")
-            data = text.encode("utf-8")
+            data = text if isinstance(text, bytes) else text.encode("utf-8")
             plan.scan(data, f"patched {rel}")
             patched[rel] = hashlib.sha256(data).hexdigest()
             contents[rel], origins[rel] = data, f"patched {rel}"

@@ -132,7 +132,7 @@ def prepare(target: Target, matrix, patches_dir: Path, context_dir: Path | None 
             f"the {target.arch.name} patch series drifted on {tree.label}; "
             f"see `forgepatch apply --arch {target.arch.name} --source {target.source}`"
         )
-    ctx = build_context(dest, None, upstream=Path(tree.package), wheels=target.wheels, changes=result.changed)
+    ctx = build_context(dest, None, upstream=Path(tree.package), wheels=target.wheels, changes=result.changed_bytes())
     spec = ImageSpec(
         target.arch, target.pin, target.repo, target.base_image, ctx, SourceFacts(upstream, matrix.upstream.repo),
         patchset=series.hash, patches=target.patches, extra_args=target.extra_args, engine=engine_version(),

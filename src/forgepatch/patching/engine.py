@@ -14,7 +14,8 @@ from typing import Any, MutableMapping
 import libcst as cst
 
 from forgepatch.arch import Arch
-from forgepatch.patching import astview, guard, lint, verify
+from forgepatch.errors import BadInput
+from forgepatch.patching import astview, guard, lint, sourcetext, verify
 from forgepatch.patching.codemods.base import FileContext, Finding, node_names_any
 from forgepatch.patching.functions import all_functions, parse, replace_functions, scan_functions
 from forgepatch.patching.locate import candidates, def_pattern, hinted, in_site_modules, is_candidate
@@ -27,6 +28,7 @@ class _Overlay:
 
     def __init__(self, tree: Tree) -> None:
         self.tree, self.texts = tree, {}
+        self.sources: dict[str, sourcetext.SourceText] = {}  # how each original file decoded
         self._paths = set(tree.paths())
 
     def read_text(self, rel: str) -> str | None:
@@ -34,10 +36,29 @@ class _Overlay:
             return self.texts[rel]
         if rel not in self._paths:
             return None
-        return self.tree.read(rel).decode("utf-8", "replace")
+        if rel not in self.sources:
+            self.sources[rel] = sourcetext.decode(self.tree.read(rel))
+        return self.sources[rel].text
 
     def read_bytes(self, rel: str) -> bytes:
-        return self.texts[rel].encode("utf-8") if rel in self.texts else self.tree.read(rel)
+        if rel in self.texts:
+            return self.texts[rel].encode(self.sources[rel].encoding, "replace") if rel in self.sources \
+                else self.texts[rel].encode("utf-8")
+        return self.tree.read(rel)
+
+    def check_writable(self, rel: str, new_text: str) -> None:
+        """An edited file must be written back in its own encoding: a file that does not
+        decode, or an edit its encoding cannot hold, stops the run (exit 2, file:line)."""
+        src = self.sources.get(rel)
+        if src is None:
+            return
+        if not src.decodes:
+            raise BadInput(f"{self.display(rel)}:{src.bad_line}: {src.problem} (a patch must edit this file; "
+                           f"it is left untouched)")
+        line = src.first_unencodable_line(new_text)
+        if line is not None:
+            raise BadInput(f"{self.display(rel)}:{line}: the patched line cannot be written in the file's "
+                           f"{src.encoding} encoding")
 
     def display(self, rel: str) -> str:
         return self.tree.display(rel) if hasattr(self.tree, "display") else rel
@@ -240,7 +261,10 @@ def _run_patch(patch: Patch, arch: Arch, version: str | None, overlay: _Overlay,
                 "f": [[f.site, f.status.value, f.line, f.symbol, f.detail] for f in fnd], "s": fsyms,
                 "g": [[g.line, g.function, g.gate, g.reason] for g in fgaps]}
         if new_text != text:
+            overlay.check_writable(rel, new_text)
             result.originals.setdefault(rel, text)
+            if rel in overlay.sources:
+                result.sources.setdefault(rel, overlay.sources[rel])
             overlay.texts[rel] = new_text
             changes[rel] = new_text
     for rel, ckey in dups:

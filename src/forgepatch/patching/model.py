@@ -125,9 +125,24 @@ class ApplyResult:
             out.update(p.changes)
         return {k: v for k, v in out.items() if self.originals.get(k) != v}
 
+    # rel path -> how each changed file was decoded (``sourcetext.SourceText``: its encoding,
+    # BOM); the texts above are decoded text, the files are written back through it
+    sources: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def encode(self, rel: str, text: str) -> bytes:
+        """``text`` (a version of file ``rel``) as the bytes to write: the file's own
+        encoding and BOM, its line ends kept (UTF-8 for a file read from memory)."""
+        src = self.sources.get(rel)
+        return src.encode(text) if src is not None else text.encode("utf-8")
+
     def changed_bytes(self) -> dict[str, bytes]:
-        """rel path -> the bytes to write, for every file the series changed."""
-        return {rel: text.encode("utf-8") for rel, text in self.changed.items()}
+        """rel path -> the bytes to write, for every file the series changed: every byte
+        outside the edited lines is the original's."""
+        return {rel: self.encode(rel, text) for rel, text in self.changed.items()}
+
+    def original_bytes(self) -> dict[str, bytes]:
+        """rel path -> the original bytes of every changed file (for a byte-exact diff)."""
+        return {rel: self.encode(rel, self.originals[rel]) for rel in self.changed}
 
     @property
     def drift(self) -> bool:

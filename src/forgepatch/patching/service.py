@@ -16,7 +16,7 @@ class ApplyRun:
     result: ApplyResult
     source: object  # SourceTree
     written: Path | None = None
-    diff: str = ""
+    diff: bytes = b""
     extra: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
@@ -81,7 +81,7 @@ def apply_arch(arch: str, source: str | None, out: Path | None, matrix, patches_
         result, src, _tree, _patches = run_arch(arch, source, matrix, patches_dir, src=src)
         run = ApplyRun(result, src)
         if diff:
-            run.diff = unified_diff(result.originals, result.changed)
+            run.diff = unified_diff(result.original_bytes(), result.changed_bytes())
         if check or result.drift:
             return run  # drift: nothing is written
         if in_place:
@@ -91,7 +91,7 @@ def apply_arch(arch: str, source: str | None, out: Path | None, matrix, patches_
             from forgepatch.sources import copy_non_py
 
             outdir.check(out, force)  # again: the directory may have changed while the series ran
-            run.written = write_out(src.package, result.changed, out, fill=lambda tree: copy_non_py(src, tree))
+            run.written = write_out(src.package, result.changed_bytes(), out, fill=lambda tree: copy_non_py(src, tree))
             run.extra["files_written"] = outdir.record(out, {"arch": result.arch, "source": src.label,
                                                              "version": result.version, "patchset": result.patchset_hash,
                                                              "changed": sorted(result.changed)})

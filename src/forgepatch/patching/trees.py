@@ -86,14 +86,17 @@ class MemoryTree:
 class OverlayTree:
     """A tree with some files replaced (a series' result over its source, in memory)."""
 
-    def __init__(self, base, changes: dict[str, str], pristine: bool = False) -> None:
+    def __init__(self, base, changes: dict[str, str | bytes], pristine: bool = False) -> None:
         self.base, self.changes, self.pristine = base, dict(changes), pristine
 
     def paths(self) -> list[str]:
         return sorted(set(self.base.paths()) | set(self.changes))
 
     def read(self, rel: str) -> bytes:
-        return self.changes[rel].encode("utf-8") if rel in self.changes else self.base.read(rel)
+        if rel not in self.changes:
+            return self.base.read(rel)
+        data = self.changes[rel]  # bytes (a file's own encoding) or text (UTF-8)
+        return data if isinstance(data, bytes) else data.encode("utf-8")
 
     def key(self, rel: str) -> str | None:
         return None

@@ -12,14 +12,18 @@ from forgepatch.errors import BadInput
 from forgepatch.journal import STATE_DIR
 
 
-def unified_diff(originals: dict[str, str], changed: dict[str, str], prefix: str = "sglang") -> str:
-    out = []
+def unified_diff(originals: dict[str, bytes], changed: dict[str, bytes], prefix: str = "sglang") -> bytes:
+    """A unified diff of the files' bytes (their own encoding and line ends), so it applies
+    with ``patch``/``git apply`` and shows every byte that changes."""
+    out: list[bytes] = []
     for rel in sorted(changed):
-        out += difflib.unified_diff(
-            originals[rel].splitlines(keepends=True), changed[rel].splitlines(keepends=True),
-            fromfile=f"a/{prefix}/{rel}", tofile=f"b/{prefix}/{rel}",
+        out += difflib.diff_bytes(
+            difflib.unified_diff, originals[rel].splitlines(keepends=True), changed[rel].splitlines(keepends=True),
+            fromfile=f"a/{prefix}/{rel}".encode(), tofile=f"b/{prefix}/{rel}".encode(),
         )
-    return "".join(out)
+        if out and not out[-1].endswith((b"\n", b"\r")):
+            out[-1] += b"\n\\ No newline at end of file\n"
+    return b"".join(out)
 
 
 def write_in_place(package: Path, changed: dict[str, bytes]) -> None:
@@ -31,7 +35,7 @@ def write_in_place(package: Path, changed: dict[str, bytes]) -> None:
     commit(package, changed, "apply --in-place")
 
 
-def write_out(package: Path, changed: dict[str, str], out_dir: Path, fill=None) -> Path:
+def write_out(package: Path, changed: dict[str, bytes], out_dir: Path, fill=None) -> Path:
     """Write a patched copy as ``out_dir/sglang``, built beside it and renamed into place;
     ``fill(tree)`` adds files the source tree lacks (a wheel's non-``.py`` files) first."""
     out_dir = Path(out_dir)

@@ -128,8 +128,8 @@ def prepare(matrix, patches, arch: str, pin: str) -> LocalTree:
     staging = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
     try:
         _full_package(source, staging)
-        for rel, text in result.changed.items():
-            (staging / "sglang" / rel).write_text(text, encoding="utf-8")
+        for rel, data in result.changed_bytes().items():
+            (staging / "sglang" / rel).write_bytes(data)
         (staging / ".complete").write_text("\n".join([series.hash, *sorted(result.changed)]) + "\n", encoding="utf-8")
         try:
             os.replace(staging, root)
