@@ -185,7 +185,7 @@ def test_two_concurrent_releases_make_one_tag(world):
     assert len(json.loads(w.ledger.read_text())["releases"]) == 1
 
 
-def test_an_interrupted_release_is_rolled_back_or_completed(world, monkeypatch):
+def test_an_interrupted_release_is_rolled_back_or_completed(world, monkeypatch, capsys):
     w = world
     image = w.build()
     results = w.smoke()
@@ -198,9 +198,11 @@ def test_an_interrupted_release_is_rolled_back_or_completed(world, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(Ledger, "append", disk_full)
-    with pytest.raises(OSError):
-        main(["--config", str(w.config), "--patches", str(w.patches), "release", "--repo", str(w.repo),
-              "--results", str(results), "--arch", "sm120", "--pin", "p23"])
+    # no traceback: the last-resort handler says what failed, in one line (exit 2)
+    assert main(["--config", str(w.config), "--patches", str(w.patches), "release", "--repo", str(w.repo),
+                 "--results", str(results), "--arch", "sm120", "--pin", "p23"]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and "No space left on device" in err[0], err
     monkeypatch.undo()
     assert w.tags() == [] and w.image_id(w.validated) is None and not w.ledger.exists()
 

@@ -48,10 +48,10 @@ def test_verify_passes_after_release(released):
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["ok"] is True and doc["mismatch"] is None
-    assert [c["check"] for c in doc["checks"]] == ["ledger", "tag", "branch", "image", "results"]
+    assert [c["check"] for c in doc["checks"]] == ["ledger", "tag", "chain", "branch", "image", "results"]
     assert doc["entry"]["image"]["id"] == released.image
     plain = released.verify()
-    assert plain.returncode == 0 and plain.stdout.count("ok") >= 5
+    assert plain.returncode == 0 and plain.stdout.count("ok") >= 6
 
 
 def test_verify_catches_a_tampered_ledger(released):

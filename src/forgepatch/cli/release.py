@@ -129,27 +129,43 @@ def _verify(
 
 def _status(
     ledger: Optional[Path] = typer.Option(None, "--ledger", help="Ledger file (default: release.ledger of matrix.toml)."),
+    repo: Optional[Path] = typer.Option(None, "--repo", help="The fork's git repository: each entry is checked against its release tag (default: . when it is a git repository)."),
     markdown: bool = typer.Option(False, "--markdown", help="Print the table as Markdown."),
     as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
 ) -> None:
-    """The compatibility table of released (validated) combinations: pin x arch x profiles."""
+    """The compatibility table of released (validated) combinations: pin x arch x profiles.
+    The ledger's chain is verified first; a broken one is marked and exits 1."""
     import sys
 
-    from forgepatch.release.status import table
+    from forgepatch.errors import BadInput, Failure
+    from forgepatch.release import evidence
+    from forgepatch.release.status import checked
 
     matrix = STATE.matrix(check_patches=False)
     book = _ledger(matrix, ledger)
-    tab = table(book.read(required=True), matrix)
+    entries = book.read(required=True)
+    fork = None
+    if repo is not None:
+        fork = evidence.open_repo(repo)
+    else:
+        try:
+            fork = evidence.open_repo(Path("."))
+        except BadInput:
+            fork = None  # not in a fork checkout: the hash chain only (said in the output)
+    tab, chain = checked(entries, matrix, fork)
+    broken = f"LEDGER CHAIN BROKEN: {chain.problem}" if not chain.ok else ""
     if as_json:
-        print_json({"ledger": str(book.path), **tab.to_json()})
+        print_json({"ledger": str(book.path), "chain": {**chain.to_json(), "notes": chain.notes}, **tab.to_json()})
     elif markdown:
-        sys.stdout.write(tab.to_markdown())
+        head = f"> **{broken}** — the table below is not trustworthy\n\n" if broken else ""
+        sys.stdout.write(head + tab.to_markdown())
     else:
         from rich.markup import escape
         from rich.table import Table
 
-        t = Table(title="validated combinations", title_justify="left", caption=escape(str(book.path)),
-                  caption_justify="left")
+        title = "validated combinations" + (" [bold red](UNVERIFIED: ledger chain broken)[/]" if broken else "")
+        caption = escape(str(book.path)) + "\n" + escape(broken or "chain: " + chain.summary() + "".join(f"; {n}" for n in chain.notes))
+        t = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
         t.add_column("pin")
         for arch in tab.arches:
             t.add_column(arch)
@@ -157,9 +173,12 @@ def _status(
             row = []
             for arch in tab.arches:
                 cell = tab.cells.get((pin, arch))
-                row.append("[dim]-[/]" if cell is None else f"[green]{escape(', '.join(cell.profiles))}[/]\n[dim]{escape(cell.tag)}[/]")
+                style = "red" if broken else "green"
+                row.append("[dim]-[/]" if cell is None else f"[{style}]{escape(', '.join(cell.profiles))}[/]\n[dim]{escape(cell.tag)}[/]")
             t.add_row(escape(pin), *row)
         console().print(t)
+    if broken:
+        raise Failure(f"status: {book.path}: ledger chain broken: {chain.problem} (see `forgepatch verify`)")
 
 
 def register(app: typer.Typer) -> None:

@@ -243,6 +243,16 @@ class Trailer:
     IMAGE_DIGEST = "Forgepatch-Image-Digest"
     PROFILES = "Forgepatch-Profiles"
     RESULTS = "Forgepatch-Results-Sha256"
+    # release tags, tamper evidence (forgepatch.release.integrity): the sha256 of the ledger
+    # entry the tag belongs to (every field but the tag object's id and the entry's own
+    # digest), the digest of the entry before it (the chain head at release; LEDGER_GENESIS
+    # for the first) and the release time
+    LEDGER_ENTRY = "Forgepatch-Ledger-Entry"
+    LEDGER_PREV = "Forgepatch-Ledger-Prev"
+    RELEASED_AT = "Forgepatch-Released-At"
+
+
+LEDGER_GENESIS = "none"  # Forgepatch-Ledger-Prev of the first release of a ledger
 
 
 def format_trailers(pairs: Mapping[str, str | None]) -> str:

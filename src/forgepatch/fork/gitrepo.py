@@ -98,8 +98,22 @@ class TagFacts:
     object: str  # the tag object (annotated) or the commit (lightweight)
     commit: str
     annotated: bool
-    message: str = ""
+    message: str = ""  # without the signature block
     trailers: dict[str, str] = field(default_factory=dict)
+    signature: str = ""  # "gpg" | "ssh" | "x509" when the tag object is signed, else ""
+
+
+_SIGNATURES = (("-----BEGIN PGP SIGNATURE-----", "gpg"), ("-----BEGIN SSH SIGNATURE-----", "ssh"),
+               ("-----BEGIN SIGNED MESSAGE-----", "x509"))
+
+
+def split_signature(message: str) -> tuple[str, str]:
+    """(message without its signature block, signature kind or "")."""
+    for marker, kind in _SIGNATURES:
+        at = message.find(marker)
+        if at >= 0:
+            return message[:at], kind
+    return message, ""
 
 
 class GitRepo:
@@ -213,21 +227,52 @@ class GitRepo:
         commit = ref.commit.hexsha
         if obj.type != "tag":
             return TagFacts(name, obj.hexsha, commit, False)
-        message = obj.message
-        return TagFacts(name, obj.hexsha, commit, True, message, parse_trailers(message))
+        message, signature = split_signature(obj.message)
+        return TagFacts(name, obj.hexsha, commit, True, message, parse_trailers(message), signature)
+
+    def tag_names(self, pattern: str = "") -> list[str]:
+        """Every tag name (under ``refs/tags/<pattern>`` when given)."""
+        try:
+            out = self.run("for-each-ref", "--format=%(refname:strip=2)", f"refs/tags/{pattern}".rstrip("/"))
+        except GitError:
+            return []
+        return [line for line in out.splitlines() if line]
+
+    def signing(self) -> str | None:
+        """How the user's git signs tags: the ``gpg.format`` (``openpgp``, ``ssh``, ``x509``)
+        when ``user.signingkey`` is set or ``tag.gpgSign`` is true, else None."""
+        reader = self.repo.config_reader()
+        key = reader.get_value("user", "signingkey", "")
+        wanted = str(reader.get_value("tag", "gpgsign", "false")).lower() in ("true", "yes", "on", "1")
+        if not key and not wanted:
+            return None
+        return str(reader.get_value("gpg", "format", "openpgp")) or "openpgp"
+
+    def verify_tag(self, name: str) -> str | None:
+        """``git verify-tag``: None when the signature verifies, else git's reason."""
+        try:
+            self.run("verify-tag", "--", name)
+            return None
+        except GitError as exc:
+            return str(exc).split(": ", 1)[-1] or "the signature does not verify"
 
     def create_tag(self, name: str, commit: str, message: str) -> TagFacts | None:
-        """An annotated tag (never signed); None when the name exists already."""
+        """An annotated tag, signed when the user's git is configured to sign
+        (``user.signingkey`` or ``tag.gpgSign``; gpg, ssh or x509 format); None when the name
+        exists already."""
         import tempfile
 
         with tempfile.NamedTemporaryFile("w", encoding="utf-8", suffix=".msg", delete=False) as fh:
             fh.write(message)
+        signing = self.signing()
+        args = ["tag", "-s"] if signing else ["-c", "tag.gpgSign=false", "tag", "-a"]
         try:
-            self.run("-c", "tag.gpgSign=false", "tag", "-a", "--cleanup=verbatim", "-F", fh.name, "--", name, commit,
-                     env=self.identity_env())
+            self.run(*args, "--cleanup=verbatim", "-F", fh.name, "--", name, commit, env=self.identity_env())
         except GitError as exc:
             if "already exists" in str(exc):
                 return None
+            if signing:
+                raise Failure(f"git tag {name}: signing failed ({signing} format, user.signingkey): {exc}") from None
             raise Failure(f"git tag {name}: {exc}") from None
         finally:
             os.unlink(fh.name)

@@ -110,6 +110,11 @@ class Ledger:
         finally:
             lock.release()
 
+    def head(self) -> str:
+        """The digest of the last entry ("" for an empty or absent ledger)."""
+        entries = self.read(required=False)
+        return entries[-1]["digest"] if entries else ""
+
     def append(self, entry: dict[str, Any]) -> dict[str, Any]:
         """Chain ``entry`` onto the ledger and write it; call under ``lock()``. Returns the
         stored entry (with ``prev`` and ``digest``). Refuses when the chain is broken."""
@@ -117,8 +122,12 @@ class Ledger:
         problem = chain_problem(entries)
         if problem:
             raise Failure(f"{self.path}: ledger integrity check failed, {problem}; not appending (see `forgepatch verify`)")
+        head = entries[-1]["digest"] if entries else ""
+        if "prev" in entry and entry["prev"] != head:  # its tag records the chain head it followed
+            raise Failure(f"{self.path}: the ledger moved on while releasing (head {head[:12] or 'none'}, "
+                          f"the release followed {str(entry['prev'])[:12] or 'none'}); not appending")
         stored = {k: v for k, v in entry.items() if k not in ("prev", "digest")}
-        stored["prev"] = entries[-1]["digest"] if entries else ""
+        stored["prev"] = head
         stored["digest"] = entry_digest(stored)
         doc = {"format": FORMAT, "releases": [*entries, stored]}
         atomic_write(self.path, (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))

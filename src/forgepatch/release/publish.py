@@ -78,7 +78,9 @@ def audit_lines(comb: Combination) -> list[str]:
     return [f"kernel audit: {AuditSummary.model_validate(found).line()}"] if found else []
 
 
-def tag_message(comb: Combination, tag: str) -> str:
+def tag_message(comb: Combination, tag: str, ledger: dict[str, str] | None = None) -> str:
+    """The annotated tag's message; ``ledger``: the trailers binding it to its ledger entry
+    (``integrity.tag_trailers``)."""
     img = comb.image
     up = img.upstream
     lines = [f"forgepatch release {comb.pin} {comb.arch}: {len(comb.profiles)} required smoke profile(s) passed", "",
@@ -99,6 +101,7 @@ def tag_message(comb: Combination, tag: str) -> str:
         Trailer.PIN: comb.pin, Trailer.ARCH: comb.arch, Trailer.COMMIT: comb.commit, Trailer.PATCHSET: comb.patchset,
         Trailer.IMAGE: img.id, Trailer.IMAGE_DIGEST: img.digest, Trailer.PROFILES: ",".join(sorted(comb.profiles)),
         Trailer.RESULTS: ",".join(f.sha256 for f in comb.results),
+        **(ledger or {}),
     })
     return "\n".join(lines) + "\n\n" + trailers
 
@@ -125,6 +128,16 @@ def _short(value: Any) -> str:
     return str(value)
 
 
+def _image_record(comb: Combination, validated: str, promotion: Any = None) -> dict[str, Any]:
+    """The image as the entry records it; its tags without the ``validated`` tag the
+    release itself sets (so an interrupted release's entry can be rebuilt exactly)."""
+    doc = {**comb.image.to_json(), "validated": validated,
+           **({"registry_tags": promotion.refs()} if promotion is not None else {})}
+    if isinstance(doc.get("tags"), list):
+        doc["tags"] = [t for t in doc["tags"] if t != validated]
+    return doc
+
+
 def make_entry(comb: Combination, tag: TagFacts, validated: str, archives: dict[str, str], repo, now: datetime,
                promotion: Any = None) -> dict[str, Any]:
     toolchains = {p: (tc.model_dump(mode="json") if tc else None) for p, tc in comb.toolchains().items()}
@@ -133,8 +146,7 @@ def make_entry(comb: Combination, tag: TagFacts, validated: str, archives: dict[
         "tag": tag.name, "tag_object": tag.object,
         "pin": comb.pin, "arch": comb.arch, "repo": str(repo.root),
         "branch": comb.branch, "commit": comb.commit, "upstream": comb.upstream, "patchset": comb.patchset,
-        "image": {**comb.image.to_json(), "validated": validated,
-                  **({"registry_tags": promotion.refs()} if promotion is not None else {})},
+        "image": _image_record(comb, validated, promotion),
         "audit": release_audit(comb),
         "toolchain": json.loads(common[0]) if len(common) == 1 else None,
         "profiles": comb.profiles,
@@ -236,31 +248,47 @@ def _registry_reasons(inp: Inputs, out: Outcome, comb: Combination) -> list[Reas
 
 def _publish(inp: Inputs, ledger: Ledger, out: Outcome, comb: Combination, existing: TagFacts | None) -> Outcome:
     """Write the release (or, with ``existing``, record a tag an interrupted run made)."""
+    from forgepatch.release import integrity
+
     api, now = inp.api, datetime.now(timezone.utc)
     archives = {f.sha256: str(ledger.archive_results(f.data).relative_to(ledger.path.parent)) for f in comb.results}
+    validated = validated_ref(inp.matrix.smoke.image_repo, comb.pin, comb.arch)
+    if existing is not None:  # an interrupted run's tag: its entry is rebuilt exactly, or refused
+        now = ev.parse_time(existing.trailers.get(Trailer.RELEASED_AT, "")) or now
+    # the entry before its tag exists: the tag carries the entry's digest and the chain head
+    draft = make_entry(comb, TagFacts(out.tag, "", comb.commit, True), validated, archives, inp.repo, now,
+                       out.promotion)
+    draft["prev"] = ledger.head()
+    trailers = integrity.tag_trailers(draft)
     created = None
     # the registry first: a registry that refuses leaves no git tag and no ledger entry
     remote_before = _promote(out)
     try:
         if existing is None:
-            created = inp.repo.create_tag(out.tag, comb.commit, tag_message(comb, out.tag))
+            created = inp.repo.create_tag(out.tag, comb.commit, tag_message(comb, out.tag, trailers))
             if created is None:  # lost a race to a process using another ledger
                 existing = inp.repo.tag(out.tag)
                 if existing is None or not existing.annotated or tag_identity(existing) != comb.identity():
                     out.reasons.append(Reason("tag-taken", f"tag {out.tag} was just created by another process for a different combination"))
                     _undo_remote(out, remote_before)
                     return out
+        differ = [k for k, v in trailers.items() if existing is not None and existing.trailers.get(k) != v]
+        if created is None and differ:
+            out.reasons.append(Reason("tag-unrecorded", (
+                f"tag {out.tag} exists (left by an interrupted release?) but its {', '.join(differ)} "
+                f"do(es) not match this release's ledger entry; check it, delete it (git tag -d {out.tag}) and release again")))
+            _undo_remote(out, remote_before)
+            return out
     except BaseException:
         _undo_remote(out, remote_before)
         raise
     facts = created or existing
-    validated = validated_ref(inp.matrix.smoke.image_repo, comb.pin, comb.arch)
     local = comb.image.local
     before = ev.resolve_tag(api, validated) if local else None
     try:
         if local:
             ev.set_image_tag(api, comb.image.id, validated)
-        out.entry = ledger.append(make_entry(comb, facts, validated, archives, inp.repo, now, out.promotion))
+        out.entry = ledger.append({**draft, "tag_object": facts.object})
     except BaseException:
         if created is not None:  # roll back the tag this run made (only if it is still ours)
             inp.repo.delete_ref(f"refs/tags/{created.name}", created.object)

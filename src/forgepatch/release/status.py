@@ -58,3 +58,17 @@ def table(entries: list[dict[str, Any]], matrix=None) -> Table:
     pins += sorted({p for p, _ in cells} - set(pins))
     arches += sorted({a for _, a in cells} - set(arches))
     return Table(pins, arches, cells)
+
+
+def checked(entries: list[dict[str, Any]], matrix=None, repo=None):
+    """(table, chain report): the chain is verified before anything is shown — the hash
+    chain always, each entry against its release tag when ``repo`` (the fork) is given."""
+    from forgepatch.release import integrity
+    from forgepatch.release.ledger import chain_problem
+
+    if repo is not None:
+        report = integrity.check_chain(entries, repo)
+    else:
+        report = integrity.ChainReport(len(entries), chain_problem(entries))
+        report.notes.append("tags not checked (no fork repository: pass --repo)")
+    return table(entries, matrix), report

@@ -3,7 +3,10 @@ and the archived results; the first mismatch is the verdict.
 
 Checks, in order: the ledger's hash chain; the tag exists, is the annotated tag object the
 ledger recorded and points at the recorded commit; the tag message's trailers agree with the
-ledger entry; the fork branch still points at that commit; the image still exists with the
+ledger entry, including the digest of the whole entry it recorded at release (and its
+signature verifies, when signed); the whole chain against the repository's tags
+(``integrity.check_chain``: every entry against its tag, no release tag the ledger lacks);
+the fork branch still points at that commit; the image still exists with the
 recorded labels, its build tag still names it (else it was rebuilt) and the ``validated``
 tag names it (when this is the newest release of that pin and arch); the archived results
 file has its recorded sha256 and still shows every recorded profile passing on that image.
@@ -19,6 +22,7 @@ from forgepatch.combination.results import SmokeResults
 from forgepatch.errors import BadInput
 from forgepatch.fork.gitrepo import GitRepo, TagFacts
 from forgepatch.release import evidence as ev
+from forgepatch.release import integrity
 from forgepatch.release.ledger import Ledger, chain_problem, sha256_bytes
 from forgepatch.release.publish import entry_identity, tag_identity
 
@@ -77,7 +81,10 @@ def verify(repo: GitRepo, ledger: Ledger, tag: str, api_factory: Callable[[], An
                 raise BadInput(f"verify: unknown tag {tag!r} (not in {ledger.path}, not in {repo.root})")
             check("entry", False, f"tag {tag} exists in {repo.root} but has no entry in {ledger.path}")
         entry = out.entry = mine[-1]
-        _check_tag(check, repo, tag, entry, facts)
+        _check_tag(check, repo, tag, entry, facts, entries.index(entry) + 1)
+        chain = integrity.check_chain(entries, repo)
+        check("chain", chain.ok, f"{ledger.path}: {chain.problem}")
+        check("chain", None, chain.summary())
         _check_branch(check, repo, entry)
         newest = [e for e in entries if (e.get("pin"), e.get("arch")) == (entry["pin"], entry["arch"])][-1] is entry
         _check_image(check, api_factory(), entry, newest)
@@ -87,7 +94,7 @@ def verify(repo: GitRepo, ledger: Ledger, tag: str, api_factory: Callable[[], An
     return out
 
 
-def _check_tag(check, repo: GitRepo, tag: str, entry: dict[str, Any], facts: TagFacts | None) -> None:
+def _check_tag(check, repo: GitRepo, tag: str, entry: dict[str, Any], facts: TagFacts | None, number: int) -> None:
     check("tag", facts is not None, f"tag {tag} is missing from {repo.root} (the ledger records {str(entry.get('tag_object'))[:12]})")
     check("tag", facts.annotated, f"tag {tag} is a lightweight tag now; the release made an annotated one")
     check("tag", facts.object == entry.get("tag_object"),
@@ -100,7 +107,15 @@ def _check_tag(check, repo: GitRepo, tag: str, entry: dict[str, Any], facts: Tag
         diff = ["results sha256"]
     check("tag-message", not diff,
           f"ledger and tag message disagree on {', '.join(diff)}" + (f": ledger {_s(want.get(diff[0]))}, tag {_s(got.get(diff[0]))}" if diff and diff[0] in want else ""))
-    check("tag", None, f"{tag} -> {facts.commit[:12]} (tag object {facts.object[:12]}), message agrees with the ledger")
+    problem = integrity.entry_problem(number, entry, facts)
+    check("tag-message", problem is None, str(problem))
+    signed = ""
+    if facts.signature:
+        why = repo.verify_tag(tag)
+        check("signature", why is None, f"tag {tag} is signed ({facts.signature}) but the signature does not verify: {why}")
+        signed = f", {facts.signature} signature verified"
+    check("tag", None, f"{tag} -> {facts.commit[:12]} (tag object {facts.object[:12]}), message agrees with the ledger"
+                       f" (entry digest {facts.trailers.get(Trailer.LEDGER_ENTRY, '')[:12]}){signed}")
 
 
 def _check_branch(check, repo: GitRepo, entry: dict[str, Any]) -> None:

@@ -1,0 +1,127 @@
+"""Tamper evidence: every ledger entry is bound to its annotated release tag.
+
+The ledger alone is a hash chain (``ledger.chain_problem``): an edited entry shows, unless
+the editor also recomputes the digests. So the tag message of each release carries
+``Forgepatch-Ledger-Entry`` (the sha256 of the entry: every field but the tag object's id,
+which is the tag itself, and the entry's own digest), ``Forgepatch-Ledger-Prev`` (the digest
+of the entry before it: the chain head at release) and ``Forgepatch-Released-At``. A
+re-hashed edit then disagrees with the tag; a removed entry leaves a tag the ledger does not
+hold (a removed last entry: a tag whose Prev is the ledger's last digest); a re-created tag
+is another tag object than the ledger recorded. Tags are signed when the user's git signs
+(``GitRepo.signing``), and every signed release tag must verify (``git verify-tag``).
+
+What this does not catch: someone who can rewrite both the ledger and the tags (delete and
+re-create every tag, unsigned) can forge a consistent history. Signed tags close that: once
+a tag of the ledger is signed, every later one must be signed and verify.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from forgepatch.combination import LEDGER_GENESIS, Trailer
+from forgepatch.release.ledger import canonical, chain_problem
+
+UNBOUND = ("tag_object", "digest")  # the entry fields its tag cannot carry
+
+
+def content_digest(entry: dict[str, Any]) -> str:
+    """sha256 of the entry without ``tag_object`` and ``digest`` (``prev`` included)."""
+    return hashlib.sha256(canonical({k: v for k, v in entry.items() if k not in UNBOUND})).hexdigest()
+
+
+def tag_trailers(entry: dict[str, Any]) -> dict[str, str]:
+    """The trailers binding a release tag to ``entry`` (which carries ``prev``)."""
+    return {Trailer.LEDGER_ENTRY: content_digest(entry), Trailer.LEDGER_PREV: entry.get("prev") or LEDGER_GENESIS,
+            Trailer.RELEASED_AT: entry["released_at"]}
+
+
+@dataclass
+class ChainReport:
+    entries: int = 0
+    problem: str | None = None  # the first break, in words
+    tags: int = 0  # entries checked against their tags
+    signed: int = 0  # of those, tags whose signature verified
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+    def summary(self) -> str:
+        if self.problem:
+            return self.problem
+        signed = f", {self.signed} signed tag(s) verified" if self.signed else ", tags unsigned"
+        return (f"{self.entries} entries, hash chain intact, each entry matches the digest its tag recorded"
+                f"{signed}; no release tag outside the ledger")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "entries": self.entries, "problem": self.problem, "tags_checked": self.tags,
+                "signed_tags_verified": self.signed}
+
+
+def entry_problem(i: int, entry: dict[str, Any], facts) -> str | None:
+    """Why ``entry`` (number ``i``) and its tag (``TagFacts`` or None) disagree, else None."""
+    label = f"entry {i} ({entry.get('tag', '?')})"
+    if facts is None:
+        return f"{label}: its tag is missing from the repository"
+    if not facts.annotated or facts.object != entry.get("tag_object"):
+        return (f"{label}: the tag is {'a lightweight tag' if not facts.annotated else 'tag object ' + facts.object[:12]}"
+                f", the ledger recorded {str(entry.get('tag_object'))[:12]} (tag re-created)")
+    recorded = facts.trailers.get(Trailer.LEDGER_ENTRY)
+    if not recorded:
+        return f"{label}: its tag message carries no {Trailer.LEDGER_ENTRY} (made without tamper evidence)"
+    if facts.trailers.get(Trailer.LEDGER_PREV) != (entry.get("prev") or LEDGER_GENESIS):
+        return f"{label}: its tag followed {facts.trailers.get(Trailer.LEDGER_PREV, '?')[:12]} in the chain, the ledger says {(entry.get('prev') or LEDGER_GENESIS)[:12]}"
+    if recorded != content_digest(entry):
+        when = facts.trailers.get(Trailer.RELEASED_AT)
+        which = f" (released_at: ledger {entry.get('released_at')}, tag {when})" if when and when != entry.get("released_at") else ""
+        return f"{label}: the entry differs from the one its tag recorded at release{which} (edited after release)"
+    return None
+
+
+def check_chain(entries: list[dict[str, Any]], repo, check_signatures: bool = True) -> ChainReport:
+    """The whole ledger against the repository's tags: the hash chain, each entry against the
+    digest its tag carries (and the tag's signature), and no release tag the ledger lacks."""
+    report = ChainReport(len(entries))
+    report.problem = chain_problem(entries)
+    if report.problem:
+        return report
+    ours = set()
+    signed_by: int | None = None  # the first entry whose tag is signed
+    for i, entry in enumerate(entries, 1):
+        facts = repo.tag(entry["tag"])
+        report.problem = entry_problem(i, entry, facts)
+        if report.problem:
+            return report
+        report.tags += 1
+        ours.add(facts.object)
+        if not facts.signature and signed_by is not None:  # signing never stops silently
+            report.problem = (f"entry {i} ({entry['tag']}): its tag is unsigned, but the tag of entry {signed_by} "
+                              f"is signed (re-created without a signature?)")
+            return report
+        if facts.signature:
+            signed_by = signed_by or i
+        if facts.signature and check_signatures:
+            why = repo.verify_tag(entry["tag"])
+            if why:
+                report.problem = f"entry {i} ({entry['tag']}): its tag is signed ({facts.signature}) but the signature does not verify: {why}"
+                return report
+            report.signed += 1
+    digests = {e["digest"]: n for n, e in enumerate(entries, 1)}
+    for name in repo.tag_names():
+        facts = repo.tag(name)
+        if facts is None or not facts.annotated or facts.object in ours or Trailer.LEDGER_ENTRY not in facts.trailers:
+            continue
+        prev = facts.trailers.get(Trailer.LEDGER_PREV)
+        if prev in digests or (prev == LEDGER_GENESIS and not entries):
+            n = digests.get(prev, 0)
+            if n == len(entries):
+                report.problem = (f"release tag {name} follows the ledger's last entry ({entries[-1]['tag'] if entries else 'none'}) "
+                                  "but has no entry: the last entry was removed")
+            else:
+                report.problem = f"release tag {name} follows entry {n} but has no entry of its own: an entry was removed"
+            return report
+    return report
