@@ -110,3 +110,49 @@ def test_label_mismatch_refused_from_the_registry(world, registry, second_engine
             "--logs", world.root / "logs", "--json", host=second_engine.host)
     assert_one_line_error(r, 2, f"image {digest!r} was built for {ARCH}/{PIN}, but job", "sm90")
     assert second_engine.client().images.list() == []
+
+
+def test_a_fresh_build_host_takes_the_content_from_the_registry(world, registry, second_engine, docker_client, tmp_path):
+    """`build --push` on a host that never built this content (a fresh CI runner: the second
+    engine, given only the base image) finds the content tag in the registry with the same
+    content hash on the same base: nothing is built or uploaded, the registry's digest is
+    reported and recorded; with --audit the image is pulled by digest and audited."""
+    world.image_repo = registry.repo(f"forgepatch-test/fresh-{uuid.uuid4().hex[:8]}")
+    world.write_matrix()
+    first = run(world, "build", "--arch", ARCH, "--pin", PIN, "--context-dir", world.root / "context", "--push", "--json")
+    assert first.rc == 0, first.err
+    doc = first.json()
+    world.built.add(doc["image_id"])
+
+    # the second engine gets the same base image (same ID, same name), through the registry
+    base_repo = registry.repo(f"forgepatch-test/base-{uuid.uuid4().hex[:8]}")
+    docker_client.api.tag(world.base, base_repo, "bookworm")
+    try:
+        for chunk in docker_client.api.push(base_repo, tag="bookworm", stream=True, decode=True):
+            assert "error" not in chunk, chunk
+    finally:
+        docker_client.api.remove_image(f"{base_repo}:bookworm", noprune=True)  # the tag only
+    fresh = second_engine.client()
+    base = fresh.images.pull(base_repo, tag="bookworm")
+    base.tag(*world.base.rsplit(":", 1))
+    assert base.id == docker_client.images.get(world.base).id
+    uploads = registry.upload_sessions()
+
+    record = tmp_path / "builds.json"
+    r = run(world, "build", "--arch", ARCH, "--pin", PIN, "--context-dir", world.root / "ctx2", "--push", "--record",
+            record, "--json", host=second_engine.host)
+    assert r.rc == 0, r.err
+    hit = r.json()
+    assert hit["registry_hit"] is True and hit["uploaded"] is False and hit["cache_hit"] is True
+    assert hit["digest"] == doc["digest"] and hit["image_id"] == doc["image_id"]
+    assert [i.id for i in fresh.images.list()] == [base.id]  # nothing was built there
+    assert registry.upload_sessions() == uploads
+    assert BuildRecord.load(record).find(ARCH, PIN).digest == doc["digest"]
+
+    audited = run(world, "build", "--arch", ARCH, "--pin", PIN, "--context-dir", world.root / "ctx2", "--push", "--audit",
+                  "--json", host=second_engine.host)
+    assert audited.rc == 0, audited.err
+    assert audited.json()["registry_hit"] is True and audited.json()["audit"]["verdict"] == "pass"
+    assert fresh.images.get(doc["tags"][0]).id == doc["image_id"]  # pulled by digest and tagged for the audit
+    for image in fresh.images.list():
+        fresh.images.remove(image.id, force=True)

@@ -105,3 +105,48 @@ def test_bad_inputs_are_one_line(runs, tmp_path):
                         (tmp_path / "missing.json", "cannot read")):
         r = run_cli("results", "merge", runs["s1"], path, "--out", tmp_path / "x.json")
         assert r.returncode == 2 and words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_merge_outputs_are_written_all_or_none_across_a_kill(runs, tmp_path):
+    """`results merge --out --markdown --junit` killed at each rename in turn (strace): after
+    the journal's recovery the three files are all there (from that run) or none is, and the
+    next merge says it recovered, in one line."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    strace = shutil.which("strace")
+    if strace is None:
+        if os.environ.get("FORGEPATCH_STRICT"):
+            pytest.fail("strace is required (tests/run.sh installs it)")
+        pytest.skip("strace not installed")
+    src = str(__import__("pathlib").Path(__file__).resolve().parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": src, "PYTHONDONTWRITEBYTECODE": "1"}
+
+    def merge(where, *prefix):
+        args = ["results", "merge", str(runs["s1"]), str(runs["s2"]), "--out", str(where / "m.json"),
+                "--markdown", str(where / "reports" / "m.md"), "--junit", str(where / "reports" / "m.xml")]
+        return subprocess.run([*prefix, sys.executable, "-m", "forgepatch", *args], capture_output=True, text=True,
+                              env=env, timeout=300)
+
+    want = tmp_path / "want"
+    assert merge(want).returncode == 0
+    names = ["m.json", "reports/m.md", "reports/m.xml"]
+    for n in (1, 2, 3, 4):  # the journal's commit, then one rename per file
+        where = tmp_path / f"kill-{n}"
+        proc = merge(where, strace, "-f", "--seccomp-bpf", "-qq", "-e", f"inject=rename:signal=KILL:when={n}")
+        assert proc.returncode != 0
+        subprocess.run([sys.executable, "-c", "import sys; from forgepatch.journal import recover_tree; "
+                        "recover_tree(sys.argv[1])", str(where)], env=env, check=True)
+        present = [(where / name).is_file() for name in names]
+        assert present in ([False] * 3, [True] * 3), (n, present)
+        if all(present):
+            assert all((where / name).read_bytes() == (want / name).read_bytes() for name in names)
+        assert not (where / ".forgepatch").exists()
+    where = tmp_path / "kill-next"
+    merge(where, strace, "-f", "--seccomp-bpf", "-qq", "-e", "inject=rename:signal=KILL:when=3")
+    again = merge(where)
+    assert again.returncode == 0, again.stderr
+    assert "completed an interrupted results merge" in again.stderr.splitlines()[0]
+    assert all((where / name).read_bytes() == (want / name).read_bytes() for name in names)

@@ -377,3 +377,19 @@ def recover_tree(root: Path) -> None:
     if _pending(Path(root) / STATE_DIR):
         with open_tree(root, "recovery", write=True):
             pass
+
+
+def write_together(files: dict[Path, bytes | str], what: str) -> None:
+    """Write several files (reports, results) all or none, like ``write_files``: the
+    journal lives in their common directory. One file is a plain atomic write."""
+    items = {Path(p).resolve(): (d.encode("utf-8") if isinstance(d, str) else d) for p, d in files.items()}
+    if len(items) == 1:
+        from forgepatch.atomic import write_atomic
+
+        [(path, data)] = items.items()
+        write_atomic(path, data)
+        return
+    root = Path(os.path.commonpath([str(p.parent) for p in items]))
+    for path in items:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    write_files(root, {str(p.relative_to(root)): d for p, d in items.items()}, what)

@@ -52,23 +52,28 @@ def build(
         prepared = prepare(target, matrix, STATE.patches(), context_dir)
     ctx_dir = context_dir or default_context_dir(target.pin, target.arch.name)
     log = ctx_dir.with_name(ctx_dir.name + ".log")
-    with _Progress(err) as progress:
-        try:
-            result = build_image(prepared.spec, api=api, force=force, on_event=progress.event, log_path=log)
-        except BuildFailed as exc:
-            progress.stop()
-            for line in exc.tail:
-                err.print(f"  | {line}", markup=False, highlight=False, soft_wrap=True)
-            raise
+    result = ship.registry_hit(api, prepared.spec) if push and not force else None
+    if result is None:
+        with _Progress(err) as progress:
+            try:
+                result = build_image(prepared.spec, api=api, force=force, on_event=progress.event, log_path=log)
+            except BuildFailed as exc:
+                progress.stop()
+                for line in exc.tail:
+                    err.print(f"  | {line}", markup=False, highlight=False, soft_wrap=True)
+                raise
     result.apply = prepared.apply
     summary = None
+    if audit and result.registry_hit:  # the audit reads the image through this engine
+        with _PushProgress(err, result.digest, "pulling") as progress:
+            ship.fetch(api, result, progress.event)
     if audit:
         with shown.task(f"auditing the CUDA kernels of {result.tags[0]} for {target.arch.name}"):
             summary = ship.audit(api, result, target.arch)
         result.audit = summary.model_dump(mode="json")
         if summary.verdict != "pass":
             raise ship.audit_failure(summary, result.tags[0])
-    if push:
+    if push and not result.registry_hit:
         with _PushProgress(err, result.tags[0]) as progress:
             pushed = ship.push(api, result, progress.event)
         result.digest, result.uploaded, result.push_seconds = pushed.digest, pushed.uploaded, pushed.seconds
@@ -79,6 +84,8 @@ def build(
         return
     out = console()
     state = "cache hit, nothing built" if result.cache_hit else f"built in {result.seconds:.1f}s"
+    if result.registry_hit:
+        state = "in the registry already, nothing built"
     layers = sum(1 for s in result.steps if s.instruction.split()[0] in ("RUN", "COPY"))
     lines = [f"[bold]{result.tags[0]}[/bold]  ({state})", f"  image   {result.image_id}",
              f"  also    {', '.join(result.tags[1:])}"]
@@ -170,14 +177,14 @@ class _Progress:
 class _PushProgress:
     """Bytes pushed per layer (stderr; transient)."""
 
-    def __init__(self, con, ref: str):
+    def __init__(self, con, ref: str, verb: str = "pushing"):
         from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn(),
                                  console=con, transient=True, disable=not _shown())
         self.task = self.progress.add_task(f"checking the registry for {ref}", total=None)
         self.layers: dict[str, tuple[int, int]] = {}
-        self.ref = ref
+        self.ref, self.verb = ref, verb
 
     def __enter__(self):
         self.progress.start()
@@ -187,13 +194,14 @@ class _PushProgress:
         self.progress.stop()
 
     def event(self, kind: str, data: dict) -> None:
-        if kind == "push":
+        if kind in ("push", "pull"):
             detail = data.get("progressDetail") or {}
-            if data.get("id") and detail.get("total"):
+            if data.get("id") and detail.get("total") and data.get("status") in ("Pushing", "Downloading"):
                 self.layers[data["id"]] = (detail.get("current", 0), detail["total"])
-            elif data.get("id") and data.get("status") in ("Pushed", "Layer already exists"):
+            elif data.get("id") and data.get("status") in ("Pushed", "Layer already exists", "Download complete",
+                                                           "Pull complete", "Already exists"):
                 done = self.layers.get(data["id"], (0, 0))[1]
                 self.layers[data["id"]] = (done, done)
             current = sum(c for c, _ in self.layers.values())
             total = sum(t for _, t in self.layers.values()) or None
-            self.progress.update(self.task, description=f"pushing {self.ref}", completed=current, total=total)
+            self.progress.update(self.task, description=f"{self.verb} {self.ref}", completed=current, total=total)

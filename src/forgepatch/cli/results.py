@@ -21,16 +21,17 @@ def merge_cmd(
 ) -> None:
     """Merge shard results into one document; shards of one run come back in the unsharded
     order. Two different results for one job are refused (exit 2)."""
-    from forgepatch.atomic import write_atomic
+    from forgepatch.journal import write_together
     from forgepatch.smoke import report
     from forgepatch.smoke.merge import merge
 
     merged = merge(list(files))
-    write_atomic(out, merged.doc.dumps())
+    outputs = {out: merged.doc.dumps()}  # all written or none, even across a crash (forgepatch.journal)
     if markdown:
-        write_atomic(markdown, report.to_markdown(merged.doc.jobs))
+        outputs[markdown] = report.to_markdown(merged.doc.jobs)
     if junit:
-        write_atomic(junit, report.to_junit(merged.doc.jobs))
+        outputs[junit] = report.to_junit(merged.doc.jobs)
+    write_together(outputs, "results merge")
     if as_json:
         print_json(merged.doc.to_json())
         return

@@ -68,10 +68,11 @@ def _smoke(
         doc, run_dir = service.smoke(matrix, runner, arch, pin, profile, shard, image, jobs, logs, on_result=live,
                                      patches=STATE.patches(), builds=builds, on_pull=pulling.event)
     results = doc.jobs
-    if junit:
-        report.write_text(junit, report.to_junit(results))
-    if markdown:
-        report.write_text(markdown, report.to_markdown(results))
+    if junit or markdown:  # both or neither, even across a crash (forgepatch.journal)
+        from forgepatch.journal import write_together
+
+        write_together({**({junit: report.to_junit(results)} if junit else {}),
+                        **({markdown: report.to_markdown(results)} if markdown else {})}, "smoke reports")
     if as_json:
         print_json(doc.to_json())
     else:

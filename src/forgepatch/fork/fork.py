@@ -18,7 +18,6 @@ version as trailers (``combination.Trailer``) for ``release`` to check against t
 from __future__ import annotations
 
 import re
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,10 +25,11 @@ from typing import Any
 
 from forgepatch.combination import Trailer, Upstream, branch_name, format_trailers, parse_trailers
 from forgepatch.errors import BadInput
+from forgepatch.fork import worktrees
 from forgepatch.fork.gitrepo import GitError, GitRepo
 
 PREVIOUS_PREFIX = "refs/forgepatch/previous"
-WORKTREES = "forgepatch-worktrees"
+WORKTREES = worktrees.WORKTREES
 # hooks and signing are the user's business on their own commits, not on generated ones
 _QUIET_GIT = ("-c", "core.hooksPath=/dev/null", "-c", "commit.gpgsign=false")
 
@@ -133,38 +133,55 @@ def fork(
     arch = get_arch(arch_name)
     with GitRepo(repo_path) as repo:
         pin, found, tree = choose_pin(matrix, repo, rev, pin)
-        upstream, version = found.revision, found.version
         branch = branch_name(arch.name, pin)
         if not repo.valid_ref(f"refs/heads/{branch}"):
             raise BadInput(f"--pin: {pin!r} does not make a valid branch name ({branch})")
 
-        from forgepatch.patching.series import load_series, run_series
+        from forgepatch.patching.series import load_series
 
         series = load_series(matrix, arch, patches_dir)
         patchset = series.hash
         from forgepatch import progress
 
         with repo.lock():
-            with progress.task(f"patching {upstream[:12]} for {arch.name}"):
-                result = run_series(series, tree, version)
-            out = ForkResult(arch.name, pin, branch, upstream, version, patchset, "drift", apply=result)
-            if result.drift:
-                return out
-            _refuse_checked_out(repo, branch)
-            old = repo.ref(f"refs/heads/{branch}")
-            new, commits = _build_commits(repo, tree, found, result, arch.name, pin, patchset)
-            out.head, out.commits = new, commits
-            if old is not None and _same_series(repo, upstream, old, new):
-                out.status, out.head = "unchanged", old
-                out.commits = _existing_commits(repo, upstream, old)
-                return out
-            if old is not None:
-                out.previous_head = old
-                out.previous_ref = _keep_previous(repo, arch.name, pin, old)
-            reason = f"forgepatch fork: {arch.name} patches on {upstream[:12]} ({patchset[:12]})"
-            repo.run("update-ref", "-m", reason, f"refs/heads/{branch}", new, old or "")
-            out.status = "updated" if old is not None else "created"
-            return out
+            try:
+                return _fork_locked(repo, series, tree, found, arch, pin, branch, patchset, progress)
+            except GitError as exc:
+                from forgepatch.errors import Failure
+
+                raise Failure(worktrees.ref_lock_message(repo, exc) or str(exc)) from None
+
+
+def _fork_locked(repo: GitRepo, series, tree, found: Upstream, arch, pin: str, branch: str, patchset: str,
+                 progress) -> ForkResult:
+    """The fork under the repository's lock: first remove what a killed run left."""
+    from forgepatch.journal import notify
+    from forgepatch.patching.series import run_series
+
+    upstream, version = found.revision, found.version
+    left = worktrees.prune_leftovers(repo)
+    if left:
+        notify(f"{repo.root}: removed {left} worktree(s) left by an interrupted fork")
+    with progress.task(f"patching {upstream[:12]} for {arch.name}"):
+        result = run_series(series, tree, version)
+    out = ForkResult(arch.name, pin, branch, upstream, version, patchset, "drift", apply=result)
+    if result.drift:
+        return out
+    _refuse_checked_out(repo, branch)
+    old = repo.ref(f"refs/heads/{branch}")
+    new, commits = _build_commits(repo, tree, found, result, arch.name, pin, patchset)
+    out.head, out.commits = new, commits
+    if old is not None and _same_series(repo, upstream, old, new):
+        out.status, out.head = "unchanged", old
+        out.commits = _existing_commits(repo, upstream, old)
+        return out
+    if old is not None:
+        out.previous_head = old
+        out.previous_ref = _keep_previous(repo, arch.name, pin, old)
+    reason = f"forgepatch fork: {arch.name} patches on {upstream[:12]} ({patchset[:12]})"
+    repo.run("update-ref", "-m", reason, f"refs/heads/{branch}", new, old or "")
+    out.status = "updated" if old is not None else "created"
+    return out
 
 
 # -- building ------------------------------------------------------------------------------
@@ -172,9 +189,8 @@ def _build_commits(repo: GitRepo, tree, found: Upstream, result, arch: str, pin:
     """Commit each patch's changes on top of ``upstream`` in a private linked worktree;
     returns (head sha, commits). Nothing outside ``<git dir>/forgepatch-worktrees`` and the
     object store is written."""
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{arch}-{pin}")
-    wt = repo.git_dir / WORKTREES / slug
-    _drop_worktree(repo, wt)
+    wt = worktrees.base(repo) / worktrees.slug(arch, pin)
+    worktrees.drop(repo, wt)
     wt.parent.mkdir(parents=True, exist_ok=True)
     upstream = found.revision
     repo.run("worktree", "add", "--detach", "--no-checkout", "-q", str(wt), upstream)
@@ -205,20 +221,12 @@ def _build_commits(repo: GitRepo, tree, found: Upstream, result, arch: str, pin:
             commits.append(ForkCommit(patch.patch_id, repo.run("rev-parse", "HEAD", cwd=wt), paths))
         head = repo.run("rev-parse", "HEAD", cwd=wt)
     finally:
-        _drop_worktree(repo, wt)
-    return head, commits
-
-
-def _drop_worktree(repo: GitRepo, wt: Path) -> None:
-    if wt.exists():
+        worktrees.drop(repo, wt)
         try:
-            repo.run("worktree", "remove", "--force", "--force", str(wt))
-        except GitError:
-            shutil.rmtree(wt, ignore_errors=True)
-    try:
-        repo.run("worktree", "prune")
-    except GitError:
-        pass
+            wt.parent.rmdir()
+        except OSError:
+            pass
+    return head, commits
 
 
 # -- comparing and moving refs -------------------------------------------------------------

@@ -37,7 +37,11 @@ def _git_errors():
 
 
 class GitError(Exception):
-    """A git command failed (``str()`` is git's last error line)."""
+    """A git command failed (``str()`` is git's last error line, ``stderr`` all of it)."""
+
+    def __init__(self, message: str, stderr: str = "") -> None:
+        super().__init__(message)
+        self.stderr = stderr
 
 
 @dataclass
@@ -142,7 +146,7 @@ class GitRepo:
         except _git_errors() as exc:
             stderr = str(exc.stderr or "").strip().strip("'").strip()
             last = stderr.splitlines()[-1].removeprefix("stderr: ").strip("' ") if stderr else "failed"
-            raise GitError(f"git {' '.join(args)}: {last}") from None
+            raise GitError(f"git {' '.join(args)}: {last}", stderr) from None
 
     # -- revisions and refs ----------------------------------------------------------------
     def resolve(self, rev: str, flag: str = "--rev") -> str:

@@ -61,6 +61,7 @@ class BuildResult:
     uploaded: bool | None = None  # build --push: False when the registry had the content already
     push_seconds: float | None = None
     audit: dict[str, Any] | None = None  # build --audit: the kernel audit's verdict (records.AuditSummary)
+    registry_hit: bool = False  # build --push: the registry had this content; nothing built here
 
     @property
     def rebuilt_steps(self) -> list[str]:
@@ -74,6 +75,7 @@ class BuildResult:
             "uploaded": self.uploaded,
             "push_seconds": None if self.push_seconds is None else round(self.push_seconds, 3),
             "audit": self.audit,
+            "registry_hit": self.registry_hit,
             "tags": self.tags,
             "tag": self.tags[0],
             "content_hash": self.content_hash,

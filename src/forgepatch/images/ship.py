@@ -54,6 +54,46 @@ def audit_failure(summary: AuditSummary, ref: str) -> Failure:
                    f"(`forgepatch audit --arch {summary.arch} --image {ref}` lists what they have); not pushed")
 
 
+def registry_hit(api, spec):
+    """``build --push`` on a host without this content (a fresh CI runner): when the registry
+    has the content tag with the same content hash on the same base (labels read from its
+    config, nothing pulled), the build result is that image and nothing is built or pushed.
+    None when the engine has the image (the local cache decides) or the registry lacks it."""
+    import time
+
+    from forgepatch import registry
+    from forgepatch.images.build import BuildResult, base_image_id, find_cached
+
+    started = time.perf_counter()
+    base_id = base_image_id(api, spec.base_image)
+    if find_cached(api, spec, base_id):
+        return None
+    found = registry.remote_image(parse(spec.tag, "push"))
+    if found is None:
+        return None
+    labels = found.labels
+    if labels.get(LABEL["context_hash"]) != spec.content_hash or labels.get(LABEL["base_image_id"]) != base_id:
+        return None
+    seconds = time.perf_counter() - started
+    return BuildResult(found.image_id, [spec.tag, spec.moving_tag], spec.content_hash, True, seconds, spec.arch.name,
+                       spec.pin, spec.base_image, labels, [], None, spec.context.root, digest=found.digest_ref,
+                       uploaded=False, push_seconds=seconds, registry_hit=True)
+
+
+def fetch(api, result, on_event: Event | None = None) -> None:
+    """Pull a registry hit by digest and give it its local tags (for the audit, which reads
+    the image through this engine)."""
+    from forgepatch import registry
+    from forgepatch.combination import split_ref
+
+    image_id = registry.pull(api, parse(result.digest, "digest"), on_event)
+    if image_id != result.image_id:
+        raise Failure(f"pulled {result.digest} as image {image_id[:19]}, the registry's config says {result.image_id[:19]}")
+    for ref in result.tags:
+        name, tag = split_ref(ref)
+        api.tag(image_id, name, tag, force=True)
+
+
 def push(api, result, on_event: Event | None = None):
     """Push the content-addressed tag (a remote no-op when the registry has that content)."""
     from forgepatch import registry
