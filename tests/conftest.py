@@ -59,9 +59,10 @@ def nightly_clone(nightlies_repo, tmp_path):
 
 
 # -- release: a real fork repo, images and results (tests/support/release_world.py) ----------
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def release_images(docker_client):
-    """Image IDs a module's release worlds made or reused; removed (by ID) when it ends."""
+    """Image IDs the release worlds made or reused; removed by ID, with the untagged step
+    images under them, when the session ends (until then later worlds get cache hits)."""
     from support.release_world import remove_images
 
     built: set[str] = set()
@@ -125,3 +126,36 @@ def second_engine(docker_client):
     yield engine
     engine.stop()
     shutil.rmtree(root, ignore_errors=True)
+
+
+# -- engine hygiene (tests/support/engine_hygiene.py): the suite leaves no image behind ------
+def pytest_sessionstart(session):
+    from support import engine_hygiene
+
+    if engine_hygiene.enabled():
+        client = engine_hygiene.connect()
+        if client is not None:
+            session.config._forgepatch_engine = (client, engine_hygiene.snapshot(client))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    state = getattr(session.config, "_forgepatch_engine", None)
+    if state is None:
+        return
+    from support import engine_hygiene
+
+    client, before = state
+    base = os.environ.get("FORGEPATCH_TEST_BASE_IMAGE", "forgepatch-test/base:bookworm")
+    left = engine_hygiene.leaks(client, before, keep={base})
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if left:
+        lines = [f"engine hygiene: {len(left)} image(s)/container(s) left in the engine by this session:"] + \
+                [f"  {line}" for line in left]
+        if reporter is not None:
+            reporter.write_line("\n".join(lines), red=True)
+        else:
+            print("\n".join(lines))
+        session.exitstatus = 1
+    elif reporter is not None:
+        reporter.write_line(f"engine hygiene: the engine holds no image or container it did not hold before "
+                            f"({len(before.images)} images)", green=True)

@@ -4,7 +4,7 @@ local base image, and smoke results written by the real `forgepatch smoke` (dock
 running command profiles in those images.
 
 Each test gets its own image repository name; the images the tests made or reused are
-removed by ID at the end of each test module (``remove_images``).
+removed by ID, with their untagged step images, when the session ends (``remove_images``).
 """
 
 from __future__ import annotations
@@ -238,7 +238,7 @@ class World:
 
     def cleanup(self) -> None:
         """Nothing to do per test: this world's tags live in its own image repo, and the
-        images (``self.built``) are removed by ID at the end of the module
+        images (``self.built``) are removed by ID at the end of the session
         (``remove_images``), so later tests get cache hits from the real builder."""
 
 
@@ -248,7 +248,7 @@ def remove_images(client, ids) -> list[str]:
 
     for image_id in ids:
         try:
-            client.images.remove(image_id, force=True, noprune=True)  # keep shared build cache
+            client.images.remove(image_id, force=True)  # its untagged step images go with it
         except docker.errors.APIError:
             pass
     left = []
