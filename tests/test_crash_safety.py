@@ -10,6 +10,7 @@ original or the fully patched one with no journal or temp file left. Concurrency
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -199,11 +200,52 @@ def test_a_tree_edited_after_a_crash_is_not_overwritten(release, tmp_path):
     assert proc.returncode != 0
     journal = tree / "sglang" / STATE_DIR / "journal.json"
     assert journal.is_file()
-    import json
-
     entries = json.loads(journal.read_text())["files"]
     victim = tree / "sglang" / entries[-1]["path"]  # not renamed yet: the user edits it
     victim.write_text(victim.read_text() + "\n# edited by hand\n")
     run = forgepatch("apply", "--arch", "sm120", "--source", tree, "--check", env=ENV)
     assert_one_line_error(run, 2, str(victim), "changed since an interrupted apply --in-place", "remove")
     assert journal.is_file() and victim.read_text().endswith("# edited by hand\n")
+
+
+def test_kill_at_every_rename_of_apply_out(release, tmp_path):
+    """`apply --out DIR` swaps the copy and its record in together: killed at each rename,
+    the next `--out` run finishes or undoes it (one line) and is not refused."""
+    if release.version != RELEASES[-1]:
+        pytest.skip("one release is enough for --out (the copy is the same code for every release)")
+    strace = _strace()
+    first = tmp_path / "first"
+    ok = forgepatch("apply", "--arch", "sm120", "--source", release.orig, "--out", first, env=ENV)
+    assert ok.rc == 0, ok.err
+    want = digest(first)
+
+    def out_run(dest, *prefix):
+        return subprocess.run([*prefix, sys.executable, "-m", "forgepatch", "apply", "--arch", "sm120", "--source",
+                               str(release.orig), "--out", str(dest)], capture_output=True, text=True, env=ENV,
+                              timeout=300)
+
+    for existing in (False, True):  # a new DIR, and a DIR holding an earlier output
+        log = tmp_path / "renames.log"
+        dest = tmp_path / f"count-{existing}"
+        if existing:
+            shutil.copytree(first, dest)
+        assert out_run(dest, strace, "-f", "--seccomp-bpf", "-qq", "-o", str(log), "-e", "trace=rename").returncode == 0
+        n = sum(1 for line in log.read_text().splitlines() if "rename(" in line)
+        assert n == (3 if existing else 2)  # (old copy away), new copy in, record in
+        for i in range(1, n + 1):
+            dest = tmp_path / f"kill-{existing}-{i}"
+            if existing:
+                shutil.copytree(first, dest)
+            proc = out_run(dest, strace, "-f", "--seccomp-bpf", "-qq", "-e", f"inject=rename:signal=KILL:when={i}")
+            assert proc.returncode != 0
+            nxt = out_run(dest)
+            assert nxt.returncode == 0, nxt.stderr
+            notes = [ln for ln in nxt.stderr.splitlines() if "interrupted apply --out" in ln]
+            assert len(notes) == 1, nxt.stderr
+            got = digest(dest)
+            record = json.loads((dest / ".forgepatch-out").read_text())["files"]
+            got.pop(".forgepatch-out")
+            # the complete copy, no staging left, and a record of exactly its files
+            assert got == {k: v for k, v in want.items() if k != ".forgepatch-out"}, i
+            assert {f"sglang/{rel}" for rel in record} == {k for k, v in got.items() if v != "dir"}
+            assert out_run(dest).returncode == 0  # the record matches: not refused

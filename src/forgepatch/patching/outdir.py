@@ -84,10 +84,24 @@ def _walk(package: Path):
             yield os.path.relpath(full, root).replace(os.sep, "/"), st.st_size, st.st_mtime_ns
 
 
+def record_data(package: Path, meta: dict) -> bytes:
+    """The marker's content for the files under ``package`` (an ``sglang/`` directory, maybe
+    still staged: a rename keeps sizes and mtimes)."""
+    files = {rel: [size, mtime] for rel, size, mtime in _walk(Path(package))}
+    return (json.dumps({"written_by": "forgepatch", **meta, "files": files}, separators=(",", ":")) + "\n").encode()
+
+
 def record(out: Path, meta: dict) -> int:
     """Write the marker listing every file now under ``out/sglang``; returns how many."""
     from forgepatch.atomic import write_atomic
 
-    files = {rel: [size, mtime] for rel, size, mtime in _walk(Path(out) / PACKAGE)}
-    write_atomic(Path(out) / MARKER, json.dumps({"written_by": "forgepatch", **meta, "files": files}, separators=(",", ":")) + "\n")
-    return len(files)
+    write_atomic(Path(out) / MARKER, record_data(Path(out) / PACKAGE, meta))
+    return recorded(out)
+
+
+def recorded(out: Path) -> int:
+    """How many files the marker of ``out`` lists (0 without one)."""
+    try:
+        return len(json.loads((Path(out) / MARKER).read_text(encoding="utf-8"))["files"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0

@@ -72,6 +72,9 @@ def apply_arch(arch: str, source: str | None, out: Path | None, matrix, patches_
     from forgepatch.sources import resolve_source
 
     if out is not None and not (check or diff or in_place):
+        from forgepatch.patching.writer import recover_out
+
+        recover_out(out)  # a killed --out run's copy is finished or undone first
         outdir.check(out, force)
     src = resolve_source(source, matrix)
     if in_place and src.kind != "dir":
@@ -91,10 +94,12 @@ def apply_arch(arch: str, source: str | None, out: Path | None, matrix, patches_
             from forgepatch.sources import copy_non_py
 
             outdir.check(out, force)  # again: the directory may have changed while the series ran
-            run.written = write_out(src.package, result.changed_bytes(), out, fill=lambda tree: copy_non_py(src, tree))
-            run.extra["files_written"] = outdir.record(out, {"arch": result.arch, "source": src.label,
-                                                             "version": result.version, "patchset": result.patchset_hash,
-                                                             "changed": sorted(result.changed)})
+            meta = {"arch": result.arch, "source": src.label, "version": result.version,
+                    "patchset": result.patchset_hash, "changed": sorted(result.changed)}
+            # the copy and its record are swapped in together (crash-safe: writer.write_out)
+            run.written = write_out(src.package, result.changed_bytes(), out, fill=lambda tree: copy_non_py(src, tree),
+                                    marker=lambda tree: outdir.record_data(tree, meta))
+            run.extra["files_written"] = outdir.recorded(out)
     return run
 
 

@@ -35,9 +35,22 @@ def write_in_place(package: Path, changed: dict[str, bytes]) -> None:
     commit(package, changed, "apply --in-place")
 
 
-def write_out(package: Path, changed: dict[str, bytes], out_dir: Path, fill=None) -> Path:
+STAGING_PREFIX, STAGING_SUFFIX = ".sglang.", ".forgepatch"
+
+
+def write_out(package: Path, changed: dict[str, bytes], out_dir: Path, fill=None, marker=None) -> Path:
     """Write a patched copy as ``out_dir/sglang``, built beside it and renamed into place;
-    ``fill(tree)`` adds files the source tree lacks (a wheel's non-``.py`` files) first."""
+    ``fill(tree)`` adds files the source tree lacks (a wheel's non-``.py`` files) first, and
+    ``marker(tree)`` gives the record (``outdir.MARKER``) written with it.
+
+    Crash-safe, under ``out_dir``'s lock: the copy is built in a staging directory
+    ``out_dir/.sglang.*.forgepatch`` with its record; then the old copy moves into the
+    staging directory, the new one into place (the commit point), the record after it. The
+    next run finds a staging directory a killed run left and finishes it (the copy was
+    swapped in: its record follows) or undoes it (it was not: the old copy stays)."""
+    from forgepatch.journal import notify, open_tree
+    from forgepatch.patching.outdir import MARKER
+
     out_dir = Path(out_dir)
     src = package.resolve()
     dest_parent = out_dir.resolve()
@@ -45,28 +58,65 @@ def write_out(package: Path, changed: dict[str, bytes], out_dir: Path, fill=None
         raise BadInput(f"--out: {out_dir} is inside the source package {package}")
     try:
         dest_parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=".sglang.", suffix=".forgepatch", dir=dest_parent))
     except OSError as exc:
         raise BadInput(f"--out: cannot write to {out_dir}: {exc.strerror}") from None
-    try:
-        tree = staging / "sglang"
-        shutil.copytree(src, tree, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", STATE_DIR))
-        if fill is not None:
-            fill(tree)
-        for rel, text in changed.items():
-            (tree / rel).write_bytes(text.encode("utf-8") if isinstance(text, str) else text)
-        final = dest_parent / "sglang"
-        old = staging / "previous"
-        if final.exists():
-            os.replace(final, old)
+    final = dest_parent / "sglang"
+    with open_tree(dest_parent, "apply --out", write=True):
+        for left in sorted(dest_parent.glob(f"{STAGING_PREFIX}*{STAGING_SUFFIX}")):
+            notify(_recover_out(left, final, dest_parent / MARKER))
         try:
-            os.replace(tree, final)
-        except OSError:
-            if old.exists():
-                os.replace(old, final)  # put the previous copy back
-            raise
-    except OSError as exc:
-        raise BadInput(f"--out: cannot write to {out_dir}: {exc.strerror}") from None
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+            staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, suffix=STAGING_SUFFIX, dir=dest_parent))
+        except OSError as exc:
+            raise BadInput(f"--out: cannot write to {out_dir}: {exc.strerror}") from None
+        try:
+            tree = staging / "sglang"
+            shutil.copytree(src, tree, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", STATE_DIR))
+            if fill is not None:
+                fill(tree)
+            for rel, text in changed.items():
+                (tree / rel).write_bytes(text.encode("utf-8") if isinstance(text, str) else text)
+            if marker is not None:
+                (staging / "marker").write_bytes(marker(tree))
+            old = staging / "previous"
+            if final.exists():
+                os.replace(final, old)
+            try:
+                os.replace(tree, final)  # the commit point
+            except OSError:
+                if old.exists():
+                    os.replace(old, final)  # put the previous copy back
+                raise
+            if marker is not None:
+                os.replace(staging / "marker", dest_parent / MARKER)
+        except OSError as exc:
+            raise BadInput(f"--out: cannot write to {out_dir}: {exc.strerror}") from None
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     return final
+
+
+def recover_out(out_dir: Path) -> None:
+    """Finish or undo a killed ``--out`` run's write into ``out_dir`` (before anything looks
+    at what is there)."""
+    from forgepatch.journal import notify, open_tree
+    from forgepatch.patching.outdir import MARKER
+
+    dest = Path(out_dir)
+    if not dest.is_dir() or not any(dest.glob(f"{STAGING_PREFIX}*{STAGING_SUFFIX}")):
+        return
+    with open_tree(dest, "apply --out", write=True):
+        for left in sorted(dest.glob(f"{STAGING_PREFIX}*{STAGING_SUFFIX}")):
+            notify(_recover_out(left, dest / "sglang", dest / MARKER))
+
+
+def _recover_out(staging: Path, final: Path, marker: Path) -> str:
+    """Finish or undo what a killed ``--out`` run left in ``staging``; returns the notice."""
+    if (staging / "sglang").exists():  # not swapped in: the old copy stays (or comes back)
+        if not final.exists() and (staging / "previous").exists():
+            os.replace(staging / "previous", final)
+        shutil.rmtree(staging, ignore_errors=True)
+        return f"{final.parent}: rolled back an interrupted apply --out (its copy had not replaced {final.name}/)"
+    if (staging / "marker").exists():
+        os.replace(staging / "marker", marker)
+    shutil.rmtree(staging, ignore_errors=True)
+    return f"{final.parent}: completed an interrupted apply --out (its copy was in place; its record is written now)"
