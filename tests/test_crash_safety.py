@@ -171,6 +171,8 @@ def test_concurrent_in_place_runs_serialise_and_report_truly(release, tmp_path):
 
 
 def test_a_held_lock_fails_after_the_timeout_with_one_line(release, tmp_path):
+    if release.version != RELEASES[-1]:
+        pytest.skip("one release is enough here")
     orig, want_orig = release.orig, release.want_orig
     tree = tmp_path / "tree"
     shutil.copytree(orig, tree)
@@ -192,6 +194,8 @@ def test_a_held_lock_fails_after_the_timeout_with_one_line(release, tmp_path):
 
 def test_a_tree_edited_after_a_crash_is_not_overwritten(release, tmp_path):
     """The journal completes only files still holding their old (or new) content."""
+    if release.version != RELEASES[-1]:
+        pytest.skip("one release is enough here")
     strace = _strace()
     orig = release.orig
     tree = tmp_path / "tree"

@@ -279,6 +279,8 @@ def recover(root: Path) -> str | None:
 def commit(root: Path, files: dict[str, bytes], what: str) -> None:
     """Replace ``files`` (paths relative to ``root``) all or none, surviving a crash at any
     point (see the module docstring). The caller holds ``root``'s exclusive lock."""
+    if not files:
+        return  # nothing to replace (an already patched tree)
     root = Path(root)
     state = root / STATE_DIR
     staging = state / STAGED
