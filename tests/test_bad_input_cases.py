@@ -278,3 +278,13 @@ def test_source_tree_version_file_not_utf8(ws):
     res = _apply(ws, "--json")
     assert res.rc == 0, res.err
     assert (ws / "out" / "sglang" / "version.py").read_bytes() == version.read_bytes()
+
+
+def test_config_special_files(ws):
+    os.mkfifo(ws / "fifo.toml")  # reading it would block forever
+    res = run("--config", ws / "fifo.toml", "pin", "list")
+    assert "--config:" in one_line_error(res) and "not a regular file" in res.err
+    res = run("--config", ws, "pin", "list")
+    assert "--config:" in one_line_error(res) and "is a directory" in res.err
+    (ws / "loop.toml").symlink_to("loop.toml")
+    assert "symbolic link loop" in one_line_error(run("--config", ws / "loop.toml", "pin", "list"))
