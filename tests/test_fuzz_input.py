@@ -232,6 +232,7 @@ def test_fuzzed_matrix_configs(world, tmp_path):
         key = "ok" if line == "ok" else f"exit {res.rc}"
         outcomes[key] = outcomes.get(key, 0) + 1
         shutil.rmtree(out, ignore_errors=True)
+    print(f"\nfuzzed matrix configs (seed {SEED}): {outcomes}")
     # the generator must reach both sides: valid configs that apply and bad ones refused
     assert outcomes.get("ok", 0) >= 10 and outcomes.get("exit 2", 0) >= N_CONFIGS // 2, outcomes
 
@@ -338,4 +339,5 @@ def test_fuzzed_patch_dirs(world, tmp_path, monkeypatch):
         key = "ok" if line == "ok" else f"exit {res.rc}"
         outcomes[key] = outcomes.get(key, 0) + 1
         shutil.rmtree(out, ignore_errors=True)
+    print(f"\nfuzzed patch dirs (seed {SEED + 1}): {outcomes}")
     assert outcomes.get("ok", 0) >= 10 and outcomes.get("exit 2", 0) >= N_PATCHES // 3, outcomes
