@@ -253,3 +253,23 @@ def test_kill_at_every_rename_of_apply_out(release, tmp_path):
             assert got == {k: v for k, v in want.items() if k != ".forgepatch-out"}, i
             assert {f"sglang/{rel}" for rel in record} == {k for k, v in got.items() if v != "dir"}
             assert out_run(dest).returncode == 0  # the record matches: not refused
+
+
+def test_an_unreadable_journal_stops_with_one_line_and_touches_nothing(release, tmp_path):
+    if release.version != RELEASES[-1]:
+        pytest.skip("one release is enough here")
+    tree = tmp_path / "tree"
+    shutil.copytree(release.orig, tree)
+    state = tree / "sglang" / STATE_DIR
+    state.mkdir()
+    (state / "journal.json").write_text('{"format": "forgepatch-journal/1", "files": [{"path": "../../etc/x"')
+    for args in (["--in-place"], ["--check"]):
+        run = forgepatch("apply", "--arch", "sm120", "--source", tree, *args, env=ENV)
+        assert_one_line_error(run, 2, str(state / "journal.json"), "unreadable journal")
+    (state / "journal.json").write_text(json.dumps({"format": "forgepatch-journal/1", "what": "x", "pid": 1, "files": [
+        {"path": "../outside.py", "old": None, "new": "0" * 64, "staged": "staged/0", "mode": 420}]}))
+    run = forgepatch("apply", "--arch", "sm120", "--source", tree, "--check", env=ENV)
+    assert_one_line_error(run, 2, "leaves the tree")
+    assert not (tree / "outside.py").exists()
+    shutil.rmtree(state)
+    assert digest(tree) == release.want_orig
