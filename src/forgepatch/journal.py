@@ -128,6 +128,8 @@ class TreeLock:
         while True:
             try:
                 fd = self._open()
+            except FileNotFoundError:
+                continue  # the last holder removed the directory between our mkdir and open
             except OSError as exc:
                 raise BadInput(f"{self.root}: cannot lock for {self.what}: {exc.strerror}") from None
             while True:
