@@ -252,7 +252,6 @@ def test_kill_at_every_rename_of_apply_out(release, tmp_path):
             # the complete copy, no staging left, and a record of exactly its files
             assert got == {k: v for k, v in want.items() if k != ".forgepatch-out"}, i
             assert {f"sglang/{rel}" for rel in record} == {k for k, v in got.items() if v != "dir"}
-            assert out_run(dest).returncode == 0  # the record matches: not refused
 
 
 def test_an_unreadable_journal_stops_with_one_line_and_touches_nothing(release, tmp_path):
