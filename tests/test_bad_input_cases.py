@@ -268,3 +268,23 @@ def test_last_resort_is_one_line(tmp_path):
     """An OS error no service anticipated still ends in one line naming the path."""
     run_ = forgepatch("probe", "--log", "/proc/self/forgepatch.log")
     assert_one_line_error(run_, 2, "/proc/self/forgepatch.log")
+
+
+def test_source_tree_version_file_not_utf8(ws):
+    """A stray byte in a file no patch edits (here version.py) is no error: the version is
+    just unknown, and the bytes are left alone."""
+    version = ws / "src" / "sglang" / "version.py"
+    version.write_bytes(b'__version__ = "0.5.23"  # caf\xe9\n')
+    res = _apply(ws, "--json")
+    assert res.rc == 0, res.err
+    assert (ws / "out" / "sglang" / "version.py").read_bytes() == version.read_bytes()
+
+
+def test_config_special_files(ws):
+    os.mkfifo(ws / "fifo.toml")  # reading it would block forever
+    res = run("--config", ws / "fifo.toml", "pin", "list")
+    assert "--config:" in one_line_error(res) and "not a regular file" in res.err
+    res = run("--config", ws, "pin", "list")
+    assert "--config:" in one_line_error(res) and "is a directory" in res.err
+    (ws / "loop.toml").symlink_to("loop.toml")
+    assert "symbolic link loop" in one_line_error(run("--config", ws / "loop.toml", "pin", "list"))

@@ -391,6 +391,9 @@ def _shown(value: Any) -> str:
 def load_matrix(path: Path, patches_dir=None) -> Matrix:
     """Parse and validate; with ``patches_dir`` (a ``PatchLibrary`` or a directory), also
     check that every named patch exists."""
+    from forgepatch.paths import check_path
+
+    check_path(path, "--config", "file")  # a FIFO or device is never read (it could block)
     text, data = read_toml(path, "config")
     try:
         matrix = Matrix.model_validate(data)

@@ -228,7 +228,7 @@ def read_version(package: Path) -> str | None:
     for name in ("_version.py", "version.py"):
         try:
             text = (package / name).read_text(encoding="utf-8")
-        except OSError:
+        except (OSError, UnicodeDecodeError):  # absent, unreadable or not UTF-8: no version known
             continue
         m = re.search(r"^__version__\s*=\s*(?:version\s*=\s*)?['\"]([^'\"]+)['\"]", text, re.M)
         if m:

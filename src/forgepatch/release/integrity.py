@@ -62,11 +62,11 @@ class ChainReport:
                 "signed_tags_verified": self.signed}
 
 
-def entry_problem(i: int, entry: dict[str, Any], facts) -> str | None:
+def entry_problem(i: int, entry: dict[str, Any], facts, repo=None) -> str | None:
     """Why ``entry`` (number ``i``) and its tag (``TagFacts`` or None) disagree, else None."""
     label = f"entry {i} ({entry.get('tag', '?')})"
     if facts is None:
-        return f"{label}: its tag is missing from the repository"
+        return f"{label}: its tag is missing from {getattr(repo, 'root', 'the repository')} (deleted? fetch the tags: git fetch --tags)"
     if not facts.annotated or facts.object != entry.get("tag_object"):
         return (f"{label}: the tag is {'a lightweight tag' if not facts.annotated else 'tag object ' + facts.object[:12]}"
                 f", the ledger recorded {str(entry.get('tag_object'))[:12]} (tag re-created)")
@@ -93,7 +93,7 @@ def check_chain(entries: list[dict[str, Any]], repo, check_signatures: bool = Tr
     signed_by: int | None = None  # the first entry whose tag is signed
     for i, entry in enumerate(entries, 1):
         facts = repo.tag(entry["tag"])
-        report.problem = entry_problem(i, entry, facts)
+        report.problem = entry_problem(i, entry, facts, repo)
         if report.problem:
             return report
         report.tags += 1
