@@ -153,9 +153,16 @@ def test_concurrent_in_place_runs_serialise_and_report_truly(release, tmp_path):
     orig, want_patched = release.orig, release.want_patched
     tree = tmp_path / "tree"
     shutil.copytree(orig, tree)
-    with ThreadPoolExecutor(4) as pool:
-        runs = list(pool.map(lambda _: forgepatch("apply", "--arch", "sm120", "--source", tree, "--in-place",
-                                                  "--json", env=ENV), range(4)))
+    modes = ["--in-place", "--check", "--in-place", "--check", "--in-place", "--in-place"]
+    with ThreadPoolExecutor(len(modes)) as pool:
+        runs = list(pool.map(lambda mode: forgepatch("apply", "--arch", "sm120", "--source", tree, mode,
+                                                     "--json", env=ENV), modes))
+    # readers (--check, shared lock) see the original or the patched tree, never a mix
+    for mode, r in zip(modes, runs):
+        if mode == "--check":
+            doc = r.json()
+            assert (r.rc, len(doc["changed_files"])) in ((1, release.changed), (0, 0)), (r.rc, doc["changed_files"])
+    runs = [r for mode, r in zip(modes, runs) if mode == "--in-place"]
     assert all(r.rc == 0 for r in runs), [r.err for r in runs]
     docs = [r.json() for r in runs]
     writers = [d for d in docs if d["changed_files"]]
