@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -279,3 +280,22 @@ def test_an_unreadable_journal_stops_with_one_line_and_touches_nothing(release, 
     assert not (tree / "outside.py").exists()
     shutil.rmtree(state)
     assert digest(tree) == release.want_orig
+
+
+def test_files_on_two_file_systems_are_written_together(tmp_path):
+    """Reports on two mounts (a tmpfs and the disk): staged on one, moved across."""
+    from forgepatch.journal import write_together
+
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("needs /dev/shm on another file system than the temp dir")
+    other = Path(tempfile.mkdtemp(dir=shm))
+    try:
+        a, b = tmp_path / "r" / "a.json", other / "b.md"
+        write_together({a: "{}\n", b: "# table\n"}, "smoke reports")
+        assert a.read_text() == "{}\n" and b.read_text() == "# table\n"
+        common = Path(os.path.commonpath([str(a.parent), str(b.parent)]))
+        assert not (common / STATE_DIR).exists()
+        assert sorted(p.name for p in other.iterdir()) == ["b.md"]
+    finally:
+        shutil.rmtree(other)
