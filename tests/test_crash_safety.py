@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,9 +154,16 @@ def test_concurrent_in_place_runs_serialise_and_report_truly(release, tmp_path):
     orig, want_patched = release.orig, release.want_patched
     tree = tmp_path / "tree"
     shutil.copytree(orig, tree)
-    with ThreadPoolExecutor(4) as pool:
-        runs = list(pool.map(lambda _: forgepatch("apply", "--arch", "sm120", "--source", tree, "--in-place",
-                                                  "--json", env=ENV), range(4)))
+    modes = ["--in-place", "--check", "--in-place", "--check", "--in-place", "--in-place"]
+    with ThreadPoolExecutor(len(modes)) as pool:
+        runs = list(pool.map(lambda mode: forgepatch("apply", "--arch", "sm120", "--source", tree, mode,
+                                                     "--json", env=ENV), modes))
+    # readers (--check, shared lock) see the original or the patched tree, never a mix
+    for mode, r in zip(modes, runs):
+        if mode == "--check":
+            doc = r.json()
+            assert (r.rc, len(doc["changed_files"])) in ((1, release.changed), (0, 0)), (r.rc, doc["changed_files"])
+    runs = [r for mode, r in zip(modes, runs) if mode == "--in-place"]
     assert all(r.rc == 0 for r in runs), [r.err for r in runs]
     docs = [r.json() for r in runs]
     writers = [d for d in docs if d["changed_files"]]
@@ -252,4 +260,42 @@ def test_kill_at_every_rename_of_apply_out(release, tmp_path):
             # the complete copy, no staging left, and a record of exactly its files
             assert got == {k: v for k, v in want.items() if k != ".forgepatch-out"}, i
             assert {f"sglang/{rel}" for rel in record} == {k for k, v in got.items() if v != "dir"}
-            assert out_run(dest).returncode == 0  # the record matches: not refused
+
+
+def test_an_unreadable_journal_stops_with_one_line_and_touches_nothing(release, tmp_path):
+    if release.version != RELEASES[-1]:
+        pytest.skip("one release is enough here")
+    tree = tmp_path / "tree"
+    shutil.copytree(release.orig, tree)
+    state = tree / "sglang" / STATE_DIR
+    state.mkdir()
+    (state / "journal.json").write_text('{"format": "forgepatch-journal/1", "files": [{"path": "../../etc/x"')
+    for args in (["--in-place"], ["--check"]):
+        run = forgepatch("apply", "--arch", "sm120", "--source", tree, *args, env=ENV)
+        assert_one_line_error(run, 2, str(state / "journal.json"), "unreadable journal")
+    (state / "journal.json").write_text(json.dumps({"format": "forgepatch-journal/1", "what": "x", "pid": 1, "files": [
+        {"path": "../outside.py", "old": None, "new": "0" * 64, "staged": "staged/0", "mode": 420}]}))
+    run = forgepatch("apply", "--arch", "sm120", "--source", tree, "--check", env=ENV)
+    assert_one_line_error(run, 2, "leaves the tree")
+    assert not (tree / "outside.py").exists()
+    shutil.rmtree(state)
+    assert digest(tree) == release.want_orig
+
+
+def test_files_on_two_file_systems_are_written_together(tmp_path):
+    """Reports on two mounts (a tmpfs and the disk): staged on one, moved across."""
+    from forgepatch.journal import write_together
+
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("needs /dev/shm on another file system than the temp dir")
+    other = Path(tempfile.mkdtemp(dir=shm))
+    try:
+        a, b = tmp_path / "r" / "a.json", other / "b.md"
+        write_together({a: "{}\n", b: "# table\n"}, "smoke reports")
+        assert a.read_text() == "{}\n" and b.read_text() == "# table\n"
+        common = Path(os.path.commonpath([str(a.parent), str(b.parent)]))
+        assert not (common / STATE_DIR).exists()
+        assert sorted(p.name for p in other.iterdir()) == ["b.md"]
+    finally:
+        shutil.rmtree(other)

@@ -128,6 +128,8 @@ class TreeLock:
         while True:
             try:
                 fd = self._open()
+            except FileNotFoundError:
+                continue  # the last holder removed the directory between our mkdir and open
             except OSError as exc:
                 raise BadInput(f"{self.root}: cannot lock for {self.what}: {exc.strerror}") from None
             while True:
@@ -207,6 +209,24 @@ class Entry:
         return {"path": self.path, "old": self.old, "new": self.new, "staged": self.staged, "mode": self.mode}
 
 
+def _beside(target: Path) -> Path:
+    return target.with_name(f".{target.name}.forgepatch-move")
+
+
+def _move(staged: Path, target: Path) -> None:
+    """Rename a staged copy over its target; across file systems (EXDEV: a report on another
+    mount than the state directory) copy it beside the target first, then rename."""
+    try:
+        os.replace(staged, target)
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+        tmp = _beside(target)
+        _write_synced(tmp, staged.read_bytes(), staged.stat().st_mode & 0o7777)
+        os.replace(tmp, target)
+        staged.unlink()
+
+
 def _digest(path: Path) -> str | None:
     try:
         return sha256(path.read_bytes())
@@ -257,7 +277,9 @@ def recover(root: Path) -> str | None:
                                f"inspect the tree, then remove {state}")
             todo.append((staged, target))
         for staged, target in todo:
-            os.replace(staged, target)
+            _move(staged, target)
+        for e in entries:  # a copy a killed cross-device move left beside its target
+            _beside(_target(root, e.path)).unlink(missing_ok=True)
         for parent in {t.parent for _, t in todo}:
             _fsync_dir(parent)
         shutil.rmtree(state / STAGED, ignore_errors=True)  # before the journal: see commit()
@@ -312,7 +334,7 @@ def commit(root: Path, files: dict[str, bytes], what: str) -> None:
     _fsync_dir(state)
     try:
         for e in entries:
-            os.replace(state / e.staged, _target(root, e.path))
+            _move(state / e.staged, _target(root, e.path))
         for parent in {_target(root, e.path).parent for e in entries}:
             _fsync_dir(parent)
     except OSError as exc:  # e.g. a target directory turned read-only: finish on the next run
@@ -384,14 +406,15 @@ def recover_tree(root: Path) -> None:
 def write_together(files: dict[Path, bytes | str], what: str) -> None:
     """Write several files (reports, results) all or none, like ``write_files``: the
     journal lives in their common directory. One file is a plain atomic write."""
-    items = {Path(p).resolve(): (d.encode("utf-8") if isinstance(d, str) else d) for p, d in files.items()}
-    if len(items) == 1:
-        from forgepatch.atomic import write_atomic
+    from forgepatch.atomic import write_atomic
 
-        [(path, data)] = items.items()
-        write_atomic(path, data)
-        return
-    root = Path(os.path.commonpath([str(p.parent) for p in items]))
+    items = {Path(p).resolve(): (d.encode("utf-8") if isinstance(d, str) else d) for p, d in files.items()}
     for path in items:
         path.parent.mkdir(parents=True, exist_ok=True)
+    root = Path(os.path.commonpath([str(p.parent) for p in items]))
+    if len(items) == 1 or not os.access(root, os.W_OK):
+        # one file, or files sharing no directory we may write to: each one atomic on its own
+        for path, data in items.items():
+            write_atomic(path, data)
+        return
     write_files(root, {str(p.relative_to(root)): d for p, d in items.items()}, what)
