@@ -79,6 +79,10 @@ def test_user_patches_add_to_the_shipped_ones(fork):
     assert [p["patch"] for p in doc["patches"]] == ["mine-sm120-backend", SM120]
     mine = doc["patches"][0]
     assert mine["status"] == "applied" and mine["files"] == ["srt/layers/flashinfer_comm_fusion.py"], mine
+    # the shipped patch finds that gate widened by the user patch of the same run: that is
+    # already-applied, not "absorbed upstream" (upstream 0.5.23 still rejects sm120 there)
+    shipped = {site["site"]: site["status"] for site in doc["patches"][1]["sites"]}
+    assert shipped["backend-check"] == "already-applied", shipped
 
 
 def test_a_user_patch_overrides_the_shipped_one_of_the_same_id(fork):

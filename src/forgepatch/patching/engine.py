@@ -28,6 +28,7 @@ class _Overlay:
 
     def __init__(self, tree: Tree) -> None:
         self.tree, self.texts = tree, {}
+        self.edited: dict[str, set[str]] = {}  # functions an earlier patch of the series rewrote
         self.sources: dict[str, sourcetext.SourceText] = {}  # how each original file decoded
         self._paths = set(tree.paths())
 
@@ -89,6 +90,8 @@ def edit_file(text: str, rel: str, patch: Patch, sites: list[Site], arch: Arch, 
         ctx.module = holder
         ctx.scope(node, def_line)
         current = node
+        # a gate an earlier patch of this series widened is already-applied, not absorbed upstream
+        ctx.pristine = pristine and qual not in overlay.edited.get(rel, ())
         for site in sites:
             if node.name.value not in site.functions:
                 continue
@@ -107,6 +110,8 @@ def edit_file(text: str, rel: str, patch: Patch, sites: list[Site], arch: Arch, 
             current = edited
         if current is not node:
             replacements[node] = current
+            if emit:
+                overlay.edited.setdefault(rel, set()).add(qual)
     if not emit:
         return text, ctx.findings, found
     ctx.module = module
