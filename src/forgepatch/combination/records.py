@@ -20,12 +20,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
+from forgepatch.combination import documents
 from forgepatch.errors import BadInput
 
 SCHEMA = "forgepatch.build-record/1"
-_FAMILY, _VERSION = SCHEMA.rsplit("/", 1)
 
 
 class AuditSummary(BaseModel):
@@ -92,24 +92,9 @@ class BuildRecord(BaseModel):
 
     @classmethod
     def parse(cls, path: Path | str, data: bytes) -> "BuildRecord":
-        try:
-            doc = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            why = f"line {exc.lineno}: {exc.msg}" if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
-            raise BadInput(f"{path}: not a build record ({why})") from None
-        if not isinstance(doc, dict) or not isinstance(doc.get("builds"), list):
-            raise BadInput(f"{path}: not a build record (no 'builds' list; write it with `forgepatch build --record`)")
-        family, _, version = str(doc.get("schema", "")).rpartition("/")
-        if family != _FAMILY or not version.isdigit():
-            raise BadInput(f"{path}: schema {doc.get('schema')!r} is not a build record schema ({_FAMILY}/N)")
-        if int(version) > int(_VERSION):
-            raise BadInput(f"{path}: schema {doc['schema']} is newer than this forgepatch reads ({SCHEMA}); upgrade forgepatch")
-        try:
-            return cls.model_validate(doc)
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            where = ".".join(str(p) for p in err["loc"])
-            raise BadInput(f"{path}: not a build record ({where}: {err['msg']})") from None
+        doc = documents.read(path, data, schema=SCHEMA, what="build record", list_key="builds",
+                             writer="forgepatch build --record")
+        return documents.validate(cls, doc, path, "build record")
 
     @classmethod
     def load(cls, path: Path, missing_ok: bool = False) -> "BuildRecord":

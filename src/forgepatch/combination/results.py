@@ -22,12 +22,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
+from forgepatch.combination import documents
 from forgepatch.errors import BadInput
 
 SCHEMA = "forgepatch.smoke-results/2"
-_FAMILY, _VERSION = SCHEMA.rsplit("/", 1)
+_FAMILY = SCHEMA.rsplit("/", 1)[0]
 FAILING = ("fail", "timeout", "error", "interrupted")
 
 
@@ -180,25 +181,10 @@ class SmokeResults(BaseModel):
     @classmethod
     def parse(cls, path: Path | str, data: bytes) -> "SmokeResults":
         """Read a results document; BadInput (one line naming the file) when it is not one."""
-        try:
-            doc = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            why = f"line {exc.lineno}: {exc.msg}" if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
-            raise BadInput(f"{path}: not a smoke results file ({why})") from None
-        if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), list):
-            raise BadInput(f"{path}: not a smoke results file (no 'jobs' list; write it with `forgepatch smoke --json`)")
-        schema = doc.setdefault("schema", f"{_FAMILY}/1")
-        family, _, version = str(schema).rpartition("/")
-        if family != _FAMILY or not version.isdigit():
-            raise BadInput(f"{path}: schema {schema!r} is not a smoke results schema ({_FAMILY}/N)")
-        if int(version) > int(_VERSION):
-            raise BadInput(f"{path}: schema {schema} is newer than this forgepatch reads ({SCHEMA}); upgrade forgepatch")
+        what = "smoke results file"
+        doc = documents.read(path, data, schema=SCHEMA, what=what, list_key="jobs",
+                             writer="forgepatch smoke --json", default_schema=f"{_FAMILY}/1")
         for i, job in enumerate(doc["jobs"], 1):
             if not isinstance(job, dict) or not all(isinstance(job.get(k), str) for k in ("id", "arch", "pin", "profile", "status")):
                 raise BadInput(f"{path}: job {i} lacks id/arch/pin/profile/status")
-        try:
-            return cls.model_validate(doc)
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            where = ".".join(str(p) for p in err["loc"])
-            raise BadInput(f"{path}: not a smoke results file ({where}: {err['msg']})") from None
+        return documents.validate(cls, doc, path, what)
