@@ -8,34 +8,25 @@ digests. An unreachable registry is one-line bad input and nothing is tagged."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import uuid
 
 import pytest
 
 from forgepatch.combination.refs import parse
 from support.cli import Run, assert_one_line_error
-from support.release_world import ARCH, PIN, TAG, cli_env, git
+from support.release_world import ARCH, PIN, TAG, git
 
 pytestmark = pytest.mark.docker
 RELEASE_TAG = "forgepatch-p23-sm120"
 
 
-def run(world, *args, host: str | None = None) -> Run:
-    env = cli_env()
-    if host:
-        env["DOCKER_HOST"] = host
-    proc = subprocess.run([sys.executable, "-m", "forgepatch", "--config", str(world.config), "--patches",
-                           str(world.patches), *map(str, args)], capture_output=True, text=True, env=env, timeout=600)
-    return Run(proc.returncode, proc.stdout, proc.stderr)
 
 
 def build_push_smoke(world, repo: str, tmp_path) -> tuple[str, str, object]:
     world.image_repo = repo
     world.write_matrix()
     record = tmp_path / "builds.json"
-    built = run(world, "build", "--arch", ARCH, "--pin", PIN, "--context-dir", world.root / "context", "--push",
+    built = world.on("build", "--arch", ARCH, "--pin", PIN, "--context-dir", world.root / "context", "--push",
                 "--audit", "--record", record, "--json")
     assert built.rc == 0, built.err
     world.built.add(built.json()["image_id"])
@@ -52,14 +43,14 @@ def test_release_promotes_by_manifest_and_verify_catches_a_moved_tag(world, regi
     blobs, uploads = registry.blobs(), registry.upload_sessions()
 
     reg = remote.Registry(parse(repo))
-    dry = run(world, "release", "--repo", world.repo, "--results", results, "--arch", ARCH, "--pin", PIN, "--dry-run",
+    dry = world.on("release", "--repo", world.repo, "--results", results, "--arch", ARCH, "--pin", PIN, "--dry-run",
               host=second_engine.host)
     assert dry.rc == 0, dry.err
     assert f"registry: would tag {digest} as {PIN}-{ARCH}-validated, {RELEASE_TAG}" in dry.out
     assert reg.head(parse(f"{repo}:{RELEASE_TAG}")) is None and world.tags() == []  # a dry run tags nothing
 
     # the release job runs where the image never was: everything comes from results + registry
-    r = run(world, "release", "--repo", world.repo, "--results", results, "--arch", ARCH, "--pin", PIN, "--json",
+    r = world.on("release", "--repo", world.repo, "--results", results, "--arch", ARCH, "--pin", PIN, "--json",
             host=second_engine.host)
     assert r.rc == 0, r.err
     (comb,) = json.loads(r.out)["combinations"]
@@ -79,7 +70,7 @@ def test_release_promotes_by_manifest_and_verify_catches_a_moved_tag(world, regi
     assert entry["audit"]["verdict"] == "pass"
 
     for host in (None, second_engine.host):  # with the image (engine + registry) and without (registry)
-        v = run(world, "verify", TAG, "--repo", world.repo, "--json", host=host)
+        v = world.on("verify", TAG, "--repo", world.repo, "--json", host=host)
         assert v.rc == 0, v.err
         assert any(c["check"] == "registry" for c in v.json()["checks"])
 
@@ -95,7 +86,7 @@ def test_release_promotes_by_manifest_and_verify_catches_a_moved_tag(world, regi
     assert moved == {RELEASE_TAG: manifest}
     now = reg.head(parse(other))
     for host in (None, second_engine.host):
-        v = run(world, "verify", TAG, "--repo", world.repo, host=host)
+        v = world.on("verify", TAG, "--repo", world.repo, host=host)
         assert_one_line_error(v, 1, f"registry tag {repo}:{RELEASE_TAG} moved", f"it names {now}", f"recorded {manifest}")
 
 

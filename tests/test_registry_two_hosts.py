@@ -11,15 +11,13 @@ required."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import uuid
 
 import pytest
 
 from forgepatch.combination.records import BuildRecord
 from support.cli import Run, assert_one_line_error
-from support.release_world import ARCH, PIN, cli_env
+from support.release_world import ARCH, PIN
 
 pytestmark = pytest.mark.docker
 
@@ -32,17 +30,10 @@ timeout_s = 60
 """
 
 
-def run(world, *args, host: str | None = None) -> Run:
-    env = cli_env()
-    if host:
-        env["DOCKER_HOST"] = host
-    proc = subprocess.run([sys.executable, "-m", "forgepatch", "--config", str(world.config), "--patches",
-                           str(world.patches), *map(str, args)], capture_output=True, text=True, env=env, timeout=600)
-    return Run(proc.returncode, proc.stdout, proc.stderr)
 
 
 def smoke(world, engine, *args) -> Run:
-    return run(world, "smoke", "--runner", "docker", "--arch", ARCH, "--pin", PIN, "--profile", "stand-in",
+    return world.on("smoke", "--runner", "docker", "--arch", ARCH, "--pin", PIN, "--profile", "stand-in",
                "--logs", world.root / "logs", "--json", *args, host=engine.host)
 
 
@@ -55,7 +46,7 @@ def test_build_host_pushes_gpu_host_pulls_by_digest(world, registry, second_engi
     assert gpu_host.images.list() == []  # a separate image store that has never seen anything
 
     record = tmp_path / "builds.json"
-    built = run(world, "build", "--arch", ARCH, "--pin", PIN, "--context-dir", world.root / "context", "--push",
+    built = world.on("build", "--arch", ARCH, "--pin", PIN, "--context-dir", world.root / "context", "--push",
                 "--audit", "--record", record, "--json")
     assert built.rc == 0, built.err
     doc = built.json()
@@ -102,11 +93,11 @@ def test_label_mismatch_refused_from_the_registry(world, registry, second_engine
     world.write_matrix()
     text = world.config.read_text().replace('[arches.sm90]\npatches = []', '[arches.sm90]\npatches = []\npins = ["p23"]')
     world.config.write_text(text)
-    built = run(world, "build", "--arch", ARCH, "--pin", PIN, "--context-dir", world.root / "context", "--push", "--json")
+    built = world.on("build", "--arch", ARCH, "--pin", PIN, "--context-dir", world.root / "context", "--push", "--json")
     assert built.rc == 0, built.err
     world.built.add(built.json()["image_id"])
     digest = built.json()["digest"]
-    r = run(world, "smoke", "--runner", "docker", "--arch", "sm90", "--pin", PIN, "--profile", "ok", "--image", digest,
+    r = world.on("smoke", "--runner", "docker", "--arch", "sm90", "--pin", PIN, "--profile", "ok", "--image", digest,
             "--logs", world.root / "logs", "--json", host=second_engine.host)
     assert_one_line_error(r, 2, f"image {digest!r} was built for {ARCH}/{PIN}, but job", "sm90")
     assert second_engine.client().images.list() == []
@@ -119,7 +110,7 @@ def test_a_fresh_build_host_takes_the_content_from_the_registry(world, registry,
     reported and recorded; with --audit the image is pulled by digest and audited."""
     world.image_repo = registry.repo(f"forgepatch-test/fresh-{uuid.uuid4().hex[:8]}")
     world.write_matrix()
-    first = run(world, "build", "--arch", ARCH, "--pin", PIN, "--context-dir", world.root / "context", "--push", "--json")
+    first = world.on("build", "--arch", ARCH, "--pin", PIN, "--context-dir", world.root / "context", "--push", "--json")
     assert first.rc == 0, first.err
     doc = first.json()
     world.built.add(doc["image_id"])
@@ -139,7 +130,7 @@ def test_a_fresh_build_host_takes_the_content_from_the_registry(world, registry,
     uploads = registry.upload_sessions()
 
     record = tmp_path / "builds.json"
-    r = run(world, "build", "--arch", ARCH, "--pin", PIN, "--context-dir", world.root / "ctx2", "--push", "--record",
+    r = world.on("build", "--arch", ARCH, "--pin", PIN, "--context-dir", world.root / "ctx2", "--push", "--record",
             record, "--json", host=second_engine.host)
     assert r.rc == 0, r.err
     hit = r.json()
@@ -149,7 +140,7 @@ def test_a_fresh_build_host_takes_the_content_from_the_registry(world, registry,
     assert registry.upload_sessions() == uploads
     assert BuildRecord.load(record).find(ARCH, PIN).digest == doc["digest"]
 
-    audited = run(world, "build", "--arch", ARCH, "--pin", PIN, "--context-dir", world.root / "ctx2", "--push", "--audit",
+    audited = world.on("build", "--arch", ARCH, "--pin", PIN, "--context-dir", world.root / "ctx2", "--push", "--audit",
                   "--json", host=second_engine.host)
     assert audited.rc == 0, audited.err
     assert audited.json()["registry_hit"] is True and audited.json()["audit"]["verdict"] == "pass"

@@ -224,6 +224,17 @@ class World:
     def run(self, *args, cwd=None) -> subprocess.CompletedProcess:
         return cli("--config", self.config, "--patches", self.patches, *args, cwd=cwd)
 
+    def on(self, *args, host: str | None = None):
+        """Run the CLI on this world, against the engine at ``host`` (DOCKER_HOST) if given."""
+        from support.cli import Run
+        env = cli_env()
+        if host:
+            env["DOCKER_HOST"] = host
+        proc = subprocess.run([sys.executable, "-m", "forgepatch", "--config", str(self.config), "--patches",
+                               str(self.patches), *map(str, args)], capture_output=True, text=True, env=env,
+                              timeout=600)
+        return Run(proc.returncode, proc.stdout, proc.stderr)
+
     def release(self, results: Path, *args) -> subprocess.CompletedProcess:
         return self.run("release", "--repo", self.repo, "--results", results, "--arch", ARCH, "--pin", PIN, *args)
 
