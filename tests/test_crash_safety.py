@@ -61,19 +61,36 @@ class Release:
         return sum(self.want_orig[k] != self.want_patched[k] for k in self.want_orig)
 
 
-@pytest.fixture(scope="module", params=RELEASES)
-def release(request, tmp_path_factory):
-    """A pristine tree dir, its digest and the fully patched one's."""
-    root = tmp_path_factory.mktemp(f"crash-{request.param}")
+_built: dict[str, Release] = {}
+
+
+def _release(version: str, tmp_path_factory) -> Release:
+    """A pristine tree dir of ``version``, its digest and the fully patched one's (once per module)."""
+    if version in _built:
+        return _built[version]
+    root = tmp_path_factory.mktemp(f"crash-{version}")
     orig = root / "orig"
-    shutil.copytree(pypi_tree(request.param).package, orig / "sglang")
+    shutil.copytree(pypi_tree(version).package, orig / "sglang")
     patched = root / "patched"
     shutil.copytree(orig, patched)
     run = forgepatch("apply", "--arch", "sm120", "--source", patched, "--in-place", env=ENV)
     assert run.rc == 0, run.err
     want_orig, want_patched = digest(orig), digest(patched)
     assert want_orig != want_patched and set(want_orig) == set(want_patched)  # no debris
-    return Release(request.param, orig, want_orig, want_patched)
+    _built[version] = Release(version, orig, want_orig, want_patched)
+    return _built[version]
+
+
+@pytest.fixture(scope="module", params=RELEASES)
+def release(request, tmp_path_factory) -> Release:
+    """Each release of RELEASES: the kills at every rename run on all of them."""
+    return _release(request.param, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def latest(tmp_path_factory) -> Release:
+    """The newest release alone: for cases whose code path does not depend on the release."""
+    return _release(RELEASES[-1], tmp_path_factory)
 
 
 def _traced(strace: str, tree: Path, spec: str, log: Path | None = None) -> subprocess.CompletedProcess:
@@ -138,9 +155,8 @@ def test_kill_at_every_rename(release, tmp_path):
     assert states == ["original"] + ["patched"] * (n - 1)
 
 
-def test_kill_at_fsyncs_while_staging_and_after_the_renames(release, tmp_path):
-    if release.version != RELEASES[-1]:
-        pytest.skip("one release is enough for the fsync kills (the renames run on every release)")
+def test_kill_at_fsyncs_while_staging_and_after_the_renames(latest, tmp_path):
+    release = latest
     strace = _strace()
     n = _calls(strace, release, tmp_path, "fsync")
     assert n >= 2 * release.changed + 3  # staged copies, journal, directories
@@ -178,9 +194,8 @@ def test_concurrent_in_place_runs_serialise_and_report_truly(release, tmp_path):
     assert digest(tree) == want_patched
 
 
-def test_a_held_lock_fails_after_the_timeout_with_one_line(release, tmp_path):
-    if release.version != RELEASES[-1]:
-        pytest.skip("one release is enough here")
+def test_a_held_lock_fails_after_the_timeout_with_one_line(latest, tmp_path):
+    release = latest
     orig, want_orig = release.orig, release.want_orig
     tree = tmp_path / "tree"
     shutil.copytree(orig, tree)
@@ -200,10 +215,9 @@ def test_a_held_lock_fails_after_the_timeout_with_one_line(release, tmp_path):
     assert digest(tree) == want_orig  # nothing written, the lock's state dir gone with its holder
 
 
-def test_a_tree_edited_after_a_crash_is_not_overwritten(release, tmp_path):
+def test_a_tree_edited_after_a_crash_is_not_overwritten(latest, tmp_path):
     """The journal completes only files still holding their old (or new) content."""
-    if release.version != RELEASES[-1]:
-        pytest.skip("one release is enough here")
+    release = latest
     strace = _strace()
     orig = release.orig
     tree = tmp_path / "tree"
@@ -220,11 +234,10 @@ def test_a_tree_edited_after_a_crash_is_not_overwritten(release, tmp_path):
     assert journal.is_file() and victim.read_text().endswith("# edited by hand\n")
 
 
-def test_kill_at_every_rename_of_apply_out(release, tmp_path):
+def test_kill_at_every_rename_of_apply_out(latest, tmp_path):
     """`apply --out DIR` swaps the copy and its record in together: killed at each rename,
     the next `--out` run finishes or undoes it (one line) and is not refused."""
-    if release.version != RELEASES[-1]:
-        pytest.skip("one release is enough for --out (the copy is the same code for every release)")
+    release = latest
     strace = _strace()
     first = tmp_path / "first"
     ok = forgepatch("apply", "--arch", "sm120", "--source", release.orig, "--out", first, env=ENV)
@@ -262,9 +275,8 @@ def test_kill_at_every_rename_of_apply_out(release, tmp_path):
             assert {f"sglang/{rel}" for rel in record} == {k for k, v in got.items() if v != "dir"}
 
 
-def test_an_unreadable_journal_stops_with_one_line_and_touches_nothing(release, tmp_path):
-    if release.version != RELEASES[-1]:
-        pytest.skip("one release is enough here")
+def test_an_unreadable_journal_stops_with_one_line_and_touches_nothing(latest, tmp_path):
+    release = latest
     tree = tmp_path / "tree"
     shutil.copytree(release.orig, tree)
     state = tree / "sglang" / STATE_DIR
