@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from forgepatch import envsettings
 from forgepatch.errors import BadInput, Failure
 
 STATE_DIR = ".forgepatch"
@@ -57,16 +58,7 @@ def sha256(data: bytes) -> str:
 
 
 def lock_timeout() -> float:
-    raw = os.environ.get("FORGEPATCH_LOCK_TIMEOUT", "")
-    if not raw:
-        return DEFAULT_TIMEOUT
-    try:
-        value = float(raw)
-    except ValueError:
-        raise BadInput(f"FORGEPATCH_LOCK_TIMEOUT: {raw!r} is not a number of seconds") from None
-    if value < 0 or value != value:
-        raise BadInput(f"FORGEPATCH_LOCK_TIMEOUT: {raw!r} must be 0 or more seconds")
-    return value
+    return envsettings.seconds("FORGEPATCH_LOCK_TIMEOUT", DEFAULT_TIMEOUT, allow_zero=True)
 
 
 def _fsync_dir(path: Path) -> None:

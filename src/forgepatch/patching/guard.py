@@ -22,6 +22,7 @@ from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import Any, Callable
 
+from forgepatch import envsettings
 from forgepatch.errors import BadInput, ForgepatchError, located
 
 TIMEOUT_ENV = "FORGEPATCH_PATCH_IMPORT_TIMEOUT"
@@ -29,16 +30,7 @@ DEFAULT_TIMEOUT_S = 10.0
 
 
 def import_timeout() -> float:
-    raw = os.environ.get(TIMEOUT_ENV)
-    if not raw:
-        return DEFAULT_TIMEOUT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        raise BadInput(f"${TIMEOUT_ENV}: {raw[:40]!r} is not a number of seconds") from None
-    if not 0 < value <= 3600:
-        raise BadInput(f"${TIMEOUT_ENV}: {raw[:40]!r} must be > 0 and at most 3600")
-    return value
+    return envsettings.seconds(TIMEOUT_ENV, DEFAULT_TIMEOUT_S, allow_zero=False, most=3600)
 
 
 def line_in(path: Path, tb: TracebackType | None) -> int | None:
