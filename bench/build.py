@@ -41,6 +41,7 @@ from forgepatch.images.prepare import build_context  # noqa: E402
 from forgepatch.combination import Upstream  # noqa: E402
 from forgepatch.images.spec import ImageSpec, SourceFacts  # noqa: E402
 from images_support import linked_copy, release_tree, rewrite  # noqa: E402
+from forgepatch.patching.library import as_library  # noqa: E402
 
 CHANGED = "srt/layers/flashinfer_comm_fusion.py"
 
@@ -130,7 +131,7 @@ def engine_cache_hit(api, args, tmp: Path) -> float | None:
         from forgepatch.config import load_matrix
         from forgepatch.paths import SHIPPED_MATRIX, SHIPPED_PATCHES
 
-        matrix = load_matrix(SHIPPED_MATRIX, SHIPPED_PATCHES)
+        matrix = load_matrix(SHIPPED_MATRIX, as_library(SHIPPED_PATCHES))
     except Exception:  # noqa: BLE001 - no engine / shipped matrix in this tree
         return None
     matrix.smoke.image_repo = f"forgepatch-bench/engine-{uuid.uuid4().hex[:8]}"
@@ -153,7 +154,7 @@ def push_timings(api, args, tmp: Path) -> dict:
     """First push and cache-hit `build --push`, side by side, on a real registry."""
     import subprocess
 
-    from forgepatch import registry
+    from forgepatch.infra import registry
     from forgepatch.combination import LABEL
     from forgepatch.config import load_matrix
     from forgepatch.images.prepare import prepare, resolve_target
@@ -165,7 +166,7 @@ def push_timings(api, args, tmp: Path) -> dict:
     own = None if args.registry else start_registry(tmp / "registry")
     host = args.registry or own.host
     repo = f"{host}/forgepatch-bench/push-{uuid.uuid4().hex[:8]}"
-    matrix = load_matrix(SHIPPED_MATRIX, SHIPPED_PATCHES)
+    matrix = load_matrix(SHIPPED_MATRIX, as_library(SHIPPED_PATCHES))
     matrix.smoke.image_repo = repo
     target = resolve_target(matrix, args.arch, base_image=args.base_image)
     ctx = tmp / "push-ctx"
@@ -174,7 +175,7 @@ def push_timings(api, args, tmp: Path) -> dict:
         base_id = result.labels.get(LABEL["base_image_id"])
         size = api.inspect_image(result.image_id)["Size"]
         t0 = time.perf_counter()
-        first = registry.push(api, result.image_id, result.tags[0], result.content_hash, base_id)
+        first = registry.push(api, result.image_id, result.tags[0], {LABEL["context_hash"]: result.content_hash, LABEL["base_image_id"]: base_id})
         first_s = time.perf_counter() - t0
         assert first.uploaded
         hits, checks = [], []
@@ -182,7 +183,7 @@ def push_timings(api, args, tmp: Path) -> dict:
             t0 = time.perf_counter()
             again = build_image(prepare(target, matrix, SHIPPED_PATCHES, ctx).spec, api=api)
             t1 = time.perf_counter()
-            pushed = registry.push(api, again.image_id, again.tags[0], again.content_hash, base_id)
+            pushed = registry.push(api, again.image_id, again.tags[0], {LABEL["context_hash"]: again.content_hash, LABEL["base_image_id"]: base_id})
             hits.append(time.perf_counter() - t0)
             checks.append(time.perf_counter() - t1)
             assert again.cache_hit and not pushed.uploaded and pushed.digest == first.digest

@@ -58,7 +58,7 @@ def main() -> None:
     from forgepatch.fork.blobcache import BlobCache
     from forgepatch.config import load_matrix
     from forgepatch.fork.drift import scan
-    from forgepatch.fork.gitrepo import GitRepo
+    from forgepatch.infra.gitrepo import GitRepo
     from forgepatch.paths import SHIPPED_PATCHES, cache_dir
     from forgepatch.patching.engine import run_patches
     from forgepatch.patching.patchset import load_patches

@@ -1,4 +1,4 @@
-"""Benchmark: the git layer (``forgepatch.fork.gitrepo``, on GitPython) against raw ``git``
+"""Benchmark: the git layer (``forgepatch.infra.gitrepo``, on GitPython) against raw ``git``
 subprocesses, side by side on the same repository: list the package tree of each of 10
 revisions (releases 0.5.14 .. 0.5.23 as a git history) and read every distinct ``.py`` blob.
 
@@ -56,7 +56,7 @@ def raw_read(repo: Path, revs: list[str], package_dir: str = "python/sglang") ->
 
 
 def gitpython_read(repo: Path, revs: list[str]) -> int:
-    from forgepatch.fork.gitrepo import GitRepo
+    from forgepatch.infra.gitrepo import GitRepo
 
     total, done = 0, set()
     with GitRepo(repo) as r:

@@ -1,4 +1,4 @@
-"""Benchmark: the cost of crash safety in ``apply --in-place`` (``forgepatch.journal``), side by
+"""Benchmark: the cost of crash safety in ``apply --in-place`` (``forgepatch.infra.journal``), side by
 side with plain writes of the same bytes, on the files the sm120 series changes in a real
 release tree (0.5.23: 3 files).
 
@@ -45,7 +45,7 @@ def plain_write(package: Path, files: dict[str, bytes]) -> None:
 
 
 def journal_write(package: Path, files: dict[str, bytes]) -> None:
-    from forgepatch.journal import commit, open_tree
+    from forgepatch.infra.journal import commit, open_tree
 
     with open_tree(package, "apply --in-place", write=True):
         commit(package, files, "apply --in-place")

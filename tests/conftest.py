@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-# Releases whose gate layouts span DESIGN.md §4 (0.5.3 inline, 0.5.10 function + server_args,
+# Releases whose gate layouts span docs/architecture.md (Facts) (0.5.3 inline, 0.5.10 function + server_args,
 # 0.5.15 arg_groups + backend check, 0.5.20 get_platform(), 0.5.23 layer_boundary).
 RELEASES = ["0.5.3", "0.5.6", "0.5.10", "0.5.15", "0.5.20", "0.5.23"]
 

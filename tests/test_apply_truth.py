@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from forgepatch.paths import SHIPPED_PATCHES
+from forgepatch.patching.library import as_library
 from forgepatch.sources import pypi_tree
 from tests.support import astcheck
 from tests.support.cli import forgepatch
@@ -356,7 +357,7 @@ def test_build_refuses_an_incomplete_series(release, tmp_path):
     root = _tree_copy(release, tmp_path)
     target_file = root / "sglang" / ADD_NORM
     target_file.write_text(target_file.read_text() + COPY)
-    matrix = load_matrix(SHIPPED_MATRIX, SHIPPED_PATCHES)
+    matrix = load_matrix(SHIPPED_MATRIX, as_library(SHIPPED_PATCHES))
     target = resolve_target(matrix, "sm120", source=str(root), pin="v0.5.23", base_image="forgepatch-test/none")
     with pytest.raises(Failure, match="drifted"):
         prepare(target, matrix, SHIPPED_PATCHES, tmp_path / "ctx")

@@ -7,7 +7,7 @@ import pytest
 
 from forgepatch.arch import ARCHES, compatibility, image_targets_device, parse_target, target_runs_on
 
-# The arch list torch 2.11.0+cu130 reported on the lent H200 machine (DESIGN.md §5).
+# The arch list torch 2.11.0+cu130 reported on the lent H200 machine (docs/architecture.md, Facts).
 TORCH_211_CU130 = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
 
 

@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from forgepatch.atomic import write_atomic
+from forgepatch.infra.atomic import write_atomic
 
 
 def test_new_file_gets_the_umask_default_and_existing_modes_are_kept(tmp_path):

@@ -1,4 +1,4 @@
-"""Crash-safe ``apply --in-place`` (forgepatch.journal), on real release trees.
+"""Crash-safe ``apply --in-place`` (forgepatch.infra.journal), on real release trees.
 
 Fault injection: strace kills the run at its Nth ``rename``, for every N the run makes (and at
 ``fsync`` calls while it stages and after its renames); after each kill the next command (a read-only ``apply --check``)
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from forgepatch.journal import STATE_DIR, TreeLock
+from forgepatch.infra.journal import STATE_DIR, TreeLock
 from forgepatch.sources import pypi_tree
 from tests.support.cli import assert_one_line_error, forgepatch
 
@@ -296,7 +296,7 @@ def test_an_unreadable_journal_stops_with_one_line_and_touches_nothing(latest, t
 
 def test_files_on_two_file_systems_are_written_together(tmp_path):
     """Reports on two mounts (a tmpfs and the disk): staged on one, moved across."""
-    from forgepatch.journal import write_together
+    from forgepatch.infra.journal import write_together
 
     shm = Path("/dev/shm")
     if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:

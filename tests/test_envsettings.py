@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from forgepatch import envsettings, journal
+from forgepatch import envsettings
+from forgepatch.infra import journal
 from forgepatch.errors import BadInput
 from forgepatch.patching import guard
 

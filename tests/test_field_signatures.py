@@ -1,4 +1,4 @@
-"""Failure signatures posted in public issues on sm_103 / sm_120 / sm_121 (DESIGN.md §6).
+"""Failure signatures posted in public issues on sm_103 / sm_120 / sm_121 (each row of inimage/signatures.py cites its source).
 
 Each case is a log line written from the issue's text, placed in an SGLang start-up log the way
 it arrives in the field: after the phase it interrupts, wrapped by the generic lines SGLang and

@@ -53,7 +53,7 @@ def make_dirty(repo):
 
 def test_fork_creates_branch_with_one_commit_per_patch_and_trailers(nightly_clone, config, patches, capsys):
     from forgepatch.arch import get_arch
-    from forgepatch.fork.gitrepo import GitRepo
+    from forgepatch.infra.gitrepo import GitRepo
     from forgepatch.patching.engine import run_patches
     from forgepatch.patching.patchset import load_patches, patchset_hash
 
@@ -182,7 +182,7 @@ def test_branch_checked_out_by_user_is_refused(nightly_clone, config, patches, c
 HOLD_LOCK = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from forgepatch.fork.gitrepo import GitRepo
+    from forgepatch.infra.gitrepo import GitRepo
     with GitRepo(Path(sys.argv[1])).lock():
         print("locked", flush=True)
         sys.stdin.readline()

@@ -112,7 +112,7 @@ def test_blob_memo_parses_each_distinct_blob_once(nightlies_repo, config, cache_
     from forgepatch.fork.blobcache import BlobCache
     from forgepatch.config import load_matrix
     from forgepatch.fork.drift import scan
-    from forgepatch.fork.gitrepo import GitRepo
+    from forgepatch.infra.gitrepo import GitRepo
     from forgepatch.paths import SHIPPED_PATCHES
 
     matrix = load_matrix(config)

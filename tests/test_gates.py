@@ -194,7 +194,7 @@ def test_predicates_of_0_5_23_follow_their_definitions(inventories):
 
 
 def test_fusion_gates_of_0_5_23(inventories):
-    """DESIGN.md §4: the runtime gate, the auto-enable and the backend check."""
+    """docs/architecture.md (Facts): the runtime gate, the auto-enable and the backend check."""
     inv = inventories("0.5.23")
     runtime = one(inv.gates, file="srt/layers/layer_boundary/residual/add_norm.py", function="flashinfer_ar_fusion_applies")
     assert runtime.arches == ["sm90", "sm100", "sm103"] and runtime.kind == "return"
@@ -213,7 +213,7 @@ def test_0_5_10_to_0_5_15_reports_the_moves_as_moved(inventories):
     old, new = inventories("0.5.10"), inventories("0.5.15")
     d = diff(old, new)
     moved = {(c.old.file, c.old.function, c.new.file, c.new.function): c for c in d.changes if c.status == "moved"}
-    # the auto-enable left ServerArgs for arg_groups/overrides.py (DESIGN.md §4)
+    # the auto-enable left ServerArgs for arg_groups/overrides.py (docs/architecture.md, Facts)
     auto = moved[("srt/server_args.py", "ServerArgs._handle_model_specific_adjustments",
                   "srt/arg_groups/overrides.py", "_flashinfer_allreduce_fusion_auto_enable")]
     assert auto.old.arches == auto.new.arches == ["sm90", "sm100", "sm103"]

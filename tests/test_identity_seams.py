@@ -88,11 +88,12 @@ def test_build_refuses_a_source_of_another_release_before_any_engine_call(pins_r
 
 def test_prepare_refuses_a_git_source_of_another_commit(pins_repo, tmp_path):
     from forgepatch.config import load_matrix
+    from forgepatch.patching.library import as_library
     from forgepatch.errors import BadInput
     from forgepatch.images.prepare import prepare, resolve_target
 
     config, patches, repo = pins_repo
-    matrix = load_matrix(config, patches)
+    matrix = load_matrix(config, as_library(patches))
     pinned, other = git(repo, "rev-parse", "v0.5.15"), git(repo, "rev-parse", "v0.5.20")
     target = resolve_target(matrix, "sm120", pin="g15", source=f"git:{repo}@v0.5.20")
     with pytest.raises(BadInput) as err:

@@ -1,10 +1,10 @@
-"""Image references, parsed in one place (forgepatch.combination.refs), by Docker's rules."""
+"""Image references, parsed in one place (forgepatch.infra.refs), by Docker's rules."""
 
 from __future__ import annotations
 
 import pytest
 
-from forgepatch.combination.refs import is_digest_ref, parse, parse_digest_ref
+from forgepatch.infra.refs import is_digest_ref, parse, parse_digest_ref
 from forgepatch.errors import BadInput
 
 D = "sha256:" + "ab" * 32

@@ -55,8 +55,8 @@ def _local_images(world) -> list[str]:
 
 
 def test_push_records_the_digest_and_a_second_push_uploads_nothing(world, registry, tmp_path):
-    from forgepatch import registry as remote
-    from forgepatch.combination.refs import parse
+    from forgepatch.infra import registry as remote
+    from forgepatch.infra.refs import parse
 
     _use_repo(world, registry.repo(f"forgepatch-test/push-{uuid.uuid4().hex[:8]}"))
     record = tmp_path / "builds.json"

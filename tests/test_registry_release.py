@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from forgepatch.combination.refs import parse
+from forgepatch.infra.refs import parse
 from support.cli import Run, assert_one_line_error
 from support.release_world import ARCH, PIN, TAG, git
 
@@ -35,7 +35,7 @@ def build_push_smoke(world, repo: str, tmp_path) -> tuple[str, str, object]:
 
 
 def test_release_promotes_by_manifest_and_verify_catches_a_moved_tag(world, registry, second_engine, tmp_path, docker_client):
-    from forgepatch import registry as remote
+    from forgepatch.infra import registry as remote
 
     repo = registry.repo(f"forgepatch-test/release-{uuid.uuid4().hex[:8]}")
     digest, image_id, results = build_push_smoke(world, repo, tmp_path)

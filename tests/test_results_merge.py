@@ -137,7 +137,7 @@ def test_merge_outputs_are_written_all_or_none_across_a_kill(runs, tmp_path):
         where = tmp_path / f"kill-{n}"
         proc = merge(where, strace, "-f", "--seccomp-bpf", "-qq", "-e", f"inject=rename:signal=KILL:when={n}")
         assert proc.returncode != 0
-        subprocess.run([sys.executable, "-c", "import sys; from forgepatch.journal import recover_tree; "
+        subprocess.run([sys.executable, "-c", "import sys; from forgepatch.infra.journal import recover_tree; "
                         "recover_tree(sys.argv[1])", str(where)], env=env, check=True)
         present = [(where / name).is_file() for name in names]
         assert present in ([False] * 3, [True] * 3), (n, present)

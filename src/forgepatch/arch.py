@@ -28,10 +28,6 @@ class Arch:
 
     # -- the three idioms SGLang uses to spell an arch predicate ---------------------------
     @property
-    def family_constant(self) -> str:
-        return f"_is_{self.gate_family}_supported"
-
-    @property
     def family_function(self) -> str:
         return f"is_{self.gate_family}_supported"
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Mapping, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -388,9 +388,18 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def load_matrix(path: Path, patches_dir=None) -> Matrix:
-    """Parse and validate; with ``patches_dir`` (a ``PatchLibrary`` or a directory), also
-    check that every named patch exists."""
+class PatchCatalog(Protocol):
+    """What the schema needs to know of the patches (``patching.library.PatchLibrary`` is
+    one): the ids it has, and the message for one it lacks. Passed in, so the contract does
+    not import the engine (docs/architecture.md)."""
+
+    files: Mapping[str, Any]
+
+    def missing(self, pid: str) -> str: ...
+
+
+def load_matrix(path: Path, patches: PatchCatalog | None = None) -> Matrix:
+    """Parse and validate; with ``patches``, also check that every named patch exists."""
     from forgepatch.paths import check_path
 
     check_path(path, "--config", "file")  # a FIFO or device is never read (it could block)
@@ -416,10 +425,8 @@ def load_matrix(path: Path, patches_dir=None) -> Matrix:
             key = key[:60] + "..." + key[-30:]
         raise BadInput(located(path, key_line(text, loc), f"{key}: {msg}")) from None
     matrix.path = path
-    if patches_dir is not None:
-        from forgepatch.patching.library import as_library
-
-        library = as_library(patches_dir)
+    if patches is not None:
+        library = patches
         for name, arch in matrix.arches.items():
             for patch in arch.patches:
                 if patch not in library.files:

@@ -18,7 +18,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from forgepatch.atomic import write_atomic
+from forgepatch.infra.atomic import write_atomic
 from forgepatch.errors import BadInput
 from forgepatch.paths import cache_dir
 
@@ -116,7 +116,7 @@ def pypi_tree(version: str) -> SourceTree:
 # -- git ----------------------------------------------------------------------------------
 def git_tree(spec: str, package_dir: str = "python/sglang") -> SourceTree:
     """``PATH_OR_URL@REV``: export the package at REV from git objects (no checkout touched)."""
-    from forgepatch.fork.gitrepo import GitRepo, clone_bare
+    from forgepatch.infra.gitrepo import GitRepo, clone_bare
 
     where, sep, rev = spec.rpartition("@")
     if not sep or not where or not rev:
@@ -191,7 +191,7 @@ def copy_non_py(src: SourceTree, dest: Path) -> int:
                     bar.advance(info.file_size)
                     count += 1
     elif src.kind == "git" and src.origin is not None and src.subdir is not None:
-        from forgepatch.fork.gitrepo import GitRepo
+        from forgepatch.infra.gitrepo import GitRepo
 
         repo = GitRepo(src.origin, flag="--source")
         try:
@@ -216,7 +216,7 @@ def dir_tree(path: Path) -> SourceTree:
     path = check_path(Path(path), "--source", "dir")
     for cand in (path / PACKAGE, path / "python" / PACKAGE, path):
         if cand.name == PACKAGE and (cand / "__init__.py").is_file():
-            from forgepatch.journal import recover_tree
+            from forgepatch.infra.journal import recover_tree
 
             recover_tree(cand)  # an interrupted --in-place write there is finished (or undone) first
             return SourceTree(cand.resolve(), f"dir:{path}", "dir", read_version(cand), None, pristine=False)

@@ -15,7 +15,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-# Layouts of DESIGN.md §4: inline gate, function + server_args, arg_groups + backend check,
+# Layouts of docs/architecture.md (Facts): inline gate, function + server_args, arg_groups + backend check,
 # get_platform(), layer_boundary.
 NIGHTLY_RELEASES = ["0.5.3", "0.5.6", "0.5.10", "0.5.15", "0.5.20", "0.5.23"]
 PACKAGE_DIR = "python/sglang"

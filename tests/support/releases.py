@@ -32,7 +32,7 @@ BEFORE = ["0.5.1.post3", "0.4.10"]
 
 def expected_sm120_gates(version: str) -> set[tuple[str, str]]:
     """(file, function) of each gate the sm120 patch must widen, read off the release
-    wheels (DESIGN.md §4), not off the tool's output."""
+    wheels (docs/architecture.md, Facts), not off the tool's output."""
     v = Version(version)
     if v < Version("0.5.8"):
         runtime = ("srt/layers/communicator.py", "_gather_hidden_states_and_residual")

@@ -16,7 +16,7 @@ import typer
 
 from forgepatch.cli import _state
 
-# Shown at the end of every command's --help (the contract of DESIGN.md section 2). "\b"
+# Shown at the end of every command's --help (docs/architecture.md, Statuses). "\b"
 # keeps click from re-flowing the lines.
 EXIT_CODES = ("\b\nExit codes:\n"
               "  0  ok\n"

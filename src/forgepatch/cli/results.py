@@ -21,12 +21,12 @@ def merge_cmd(
 ) -> None:
     """Merge shard results into one document; shards of one run come back in the unsharded
     order. Two different results for one job are refused (exit 2)."""
-    from forgepatch.journal import write_together
+    from forgepatch.infra.journal import write_together
     from forgepatch.smoke import report
     from forgepatch.smoke.merge import merge
 
     merged = merge(list(files))
-    outputs = {out: merged.doc.dumps()}  # all written or none, even across a crash (forgepatch.journal)
+    outputs = {out: merged.doc.dumps()}  # all written or none, even across a crash (forgepatch.infra.journal)
     if markdown:
         outputs[markdown] = report.to_markdown(merged.doc.jobs)
     if junit:

@@ -68,8 +68,8 @@ def _smoke(
         doc, run_dir = service.smoke(matrix, runner, arch, pin, profile, shard, image, jobs, logs, on_result=live,
                                      patches=STATE.patches(), builds=builds, on_pull=pulling.event)
     results = doc.jobs
-    if junit or markdown:  # both or neither, even across a crash (forgepatch.journal)
-        from forgepatch.journal import write_together
+    if junit or markdown:  # both or neither, even across a crash (forgepatch.infra.journal)
+        from forgepatch.infra.journal import write_together
 
         write_together({**({junit: report.to_junit(results)} if junit else {}),
                         **({markdown: report.to_markdown(results)} if markdown else {})}, "smoke reports")

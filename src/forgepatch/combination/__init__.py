@@ -14,16 +14,11 @@ is ``forgepatch.combination.results``. Standard library only: cheap to import ev
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Mapping
 
 # -- the upstream identity ------------------------------------------------------------------
-
-SHA1_HEX = re.compile(r"[0-9a-f]{40}")
-
 
 @dataclass(frozen=True)
 class Upstream:
@@ -105,26 +100,16 @@ class Upstream:
         return cls(source.kind, source.version, source.revision)
 
 
-# -- the patch engine's identity ----------------------------------------------------------------
+# -- an upstream identity as a pin records it -------------------------------------------------
 
-def engine_digest() -> str:
-    """sha256 of forgepatch's version and the patch engine's code (``forgepatch/patching``):
-    what may change the patched bytes besides the patch files."""
-    import forgepatch
-    from forgepatch import patching
+def pin_identity(pin: Any, repo: Any = None) -> Upstream:
+    """A matrix pin's recorded identity; a git pin's rev resolved in ``repo`` (an
+    ``infra.gitrepo.GitRepo``) when it is given and knows the rev."""
+    want = Upstream.of_pin(pin)
+    if repo is not None and want.kind == "git" and want.revision:
+        return Upstream("git", want.version, repo.ref(want.revision) or want.revision)
+    return want
 
-    digest = hashlib.sha256(forgepatch.__version__.encode())
-    for path in sorted(Path(patching.__file__).parent.rglob("*.py")):
-        digest.update(path.relative_to(Path(patching.__file__).parent).as_posix().encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
-
-
-def engine_version() -> str:
-    """``0.1.0+1a2b3c4d5e6f``: forgepatch's version and 12 hex digits of ``engine_digest``."""
-    import forgepatch
-
-    return f"{forgepatch.__version__}+{engine_digest()[:12]}"
 
 
 # -- image labels: the one table ---------------------------------------------------------------
@@ -211,16 +196,6 @@ def split_ref(ref: str) -> tuple[str, str]:
     return repo, tag
 
 
-@dataclass(frozen=True)
-class Image:
-    """An image as a combination names it: the local ID always; the registry digest
-    (``repo@sha256:...``) once the image is pushed or was pulled; a tag naming it."""
-
-    id: str
-    digest: str | None = None
-    ref: str | None = None
-
-
 # -- fork branches and git trailers ----------------------------------------------------------
 
 def branch_name(arch: str, pin: str) -> str:
@@ -237,7 +212,6 @@ class Trailer:
     UPSTREAM = "Forgepatch-Upstream"  # fork commits: the upstream commit SHA
     UPSTREAM_VERSION = "Forgepatch-Upstream-Version"
     PATCHSET = "Forgepatch-Patchset"
-    ENGINE = "Forgepatch-Engine"
     COMMIT = "Forgepatch-Commit"  # release tags: the fork branch head
     IMAGE = "Forgepatch-Image"
     IMAGE_DIGEST = "Forgepatch-Image-Digest"
@@ -253,24 +227,6 @@ class Trailer:
 
 
 LEDGER_GENESIS = "none"  # Forgepatch-Ledger-Prev of the first release of a ledger
-
-
-def format_trailers(pairs: Mapping[str, str | None]) -> str:
-    """``Key: value`` lines for the values that are set, in the given order."""
-    return "".join(f"{key}: {value}\n" for key, value in pairs.items() if value)
-
-
-def parse_trailers(message: str) -> dict[str, str]:
-    """``Key: value`` trailers of the last paragraph of a commit or tag message."""
-    paragraphs = [p for p in message.strip().split("\n\n") if p.strip()]
-    if not paragraphs:
-        return {}
-    out: dict[str, str] = {}
-    for line in paragraphs[-1].splitlines():
-        m = re.match(r"([A-Za-z0-9-]+):\s*(.*)$", line)
-        if m:
-            out[m.group(1)] = m.group(2).strip()
-    return out
 
 
 # -- what makes two releases the same combination ----------------------------------------------

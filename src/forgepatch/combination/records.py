@@ -109,7 +109,7 @@ class BuildRecord(BaseModel):
         return cls.parse(path, data)
 
     def write(self, path: Path) -> None:
-        from forgepatch.atomic import write_atomic
+        from forgepatch.infra.atomic import write_atomic
 
         write_atomic(Path(path), self.dumps())
 

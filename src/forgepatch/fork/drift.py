@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from forgepatch.combination import engine_digest
+from forgepatch.patching.identity import engine_digest
 from forgepatch.errors import BadInput
-from forgepatch.fork.gitrepo import GitRepo
+from forgepatch.infra.gitrepo import GitRepo
 
 SHORT = {
     "applied": "applies",

@@ -17,16 +17,15 @@ version as trailers (``combination.Trailer``) for ``release`` to check against t
 
 from __future__ import annotations
 
-import re
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from forgepatch.combination import Trailer, Upstream, branch_name, format_trailers, parse_trailers
+from forgepatch.combination import Trailer, Upstream, branch_name, pin_identity
 from forgepatch.errors import BadInput
 from forgepatch.fork import worktrees
-from forgepatch.fork.gitrepo import GitError, GitRepo
+from forgepatch.infra.gitrepo import GitError, GitRepo, format_trailers, parse_trailers
+from forgepatch import utctime
 
 PREVIOUS_PREFIX = "refs/forgepatch/previous"
 WORKTREES = worktrees.WORKTREES
@@ -87,14 +86,6 @@ def commit_message(summary: str, patch_id: str, arch: str, pin: str, upstream: U
     })
 
 
-def pin_identity(repo: GitRepo, pin) -> Upstream:
-    """A matrix pin's recorded identity, its git rev resolved in ``repo`` when it is there."""
-    want = Upstream.of_pin(pin)
-    if want.kind == "git" and want.revision:
-        return Upstream("git", want.version, repo.ref(want.revision) or want.revision)
-    return want
-
-
 def choose_pin(matrix, repo: GitRepo, rev: str | None, pin: str | None) -> tuple[str, Upstream, object]:
     """(pin name, the upstream identity of REV, its package tree).
 
@@ -110,10 +101,10 @@ def choose_pin(matrix, repo: GitRepo, rev: str | None, pin: str | None) -> tuple
     tree = repo.tree(sha, matrix.upstream.package_dir)
     found = Upstream("git", tree.version(), sha)
     if pin is None:
-        named = [n for n, p in matrix.pins.items() if p.rev and pin_identity(repo, p).revision == sha]
+        named = [n for n, p in matrix.pins.items() if p.rev and pin_identity(p, repo).revision == sha]
         pin = named[0] if named else (rev if repo.is_tag(rev) else sha[:12])
     elif known is not None:
-        want = pin_identity(repo, known)
+        want = pin_identity(known, repo)
         if found.mismatch(want):
             raise BadInput(f"--pin: {pin!r} is {want.describe()} in matrix.toml, but --rev {rev!r} is {found.describe()}")
     return pin, found, tree
@@ -155,7 +146,7 @@ def fork(
 def _fork_locked(repo: GitRepo, series, tree, found: Upstream, arch, pin: str, branch: str, patchset: str,
                  progress) -> ForkResult:
     """The fork under the repository's lock: first remove what a killed run left."""
-    from forgepatch.journal import notify
+    from forgepatch.infra.journal import notify
     from forgepatch.patching.series import run_series
 
     upstream, version = found.revision, found.version
@@ -274,7 +265,7 @@ def _existing_commits(repo: GitRepo, upstream: str, head: str) -> list[ForkCommi
 
 
 def _keep_previous(repo: GitRepo, arch: str, pin: str, old: str) -> str:
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    stamp = utctime.compact()
     base = f"{PREVIOUS_PREFIX}/{arch}/{pin}/{stamp}"
     ref, n = base, 1
     while repo.ref(ref) is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from forgepatch.atomic import write_atomic
+from forgepatch.infra.atomic import write_atomic
 from forgepatch.errors import BadInput, Failure
 
 PATCHES_README = """\

@@ -45,7 +45,7 @@ def editable_config(explicit: Path | None) -> Path:
 # -- resolving -----------------------------------------------------------------------------
 def resolve_rev(repo_path: Path, rev: str, package_dir: str) -> tuple[str, str | None]:
     """(full SHA, package version at that commit or None)."""
-    from forgepatch.fork.gitrepo import GitRepo
+    from forgepatch.infra.gitrepo import GitRepo
 
     with GitRepo(repo_path) as repo:
         sha = repo.resolve(rev)
@@ -157,7 +157,7 @@ def _append_pin(doc, name: str, entry: dict[str, str]) -> None:
 
 def _write_validated(config: Path, text: str) -> None:
     """Validate the new text as a matrix, then replace ``config`` atomically."""
-    from forgepatch.atomic import write_atomic
+    from forgepatch.infra.atomic import write_atomic
     from forgepatch.config import load_matrix
 
     write_atomic(config.resolve(), text, validate=load_matrix)
@@ -198,8 +198,8 @@ def pin_base(config: Path, arch: str, image: str | None = None) -> BasePin:
     kept; validated, then written atomically). A base given by digest is left as it is."""
     import tomlkit
 
-    from forgepatch import registry
-    from forgepatch.combination.refs import parse
+    from forgepatch.infra import registry
+    from forgepatch.infra.refs import parse
     from forgepatch.config import load_matrix, key_line
     from forgepatch.errors import located
 

@@ -22,7 +22,7 @@ import shlex
 import shutil
 from pathlib import Path
 
-from forgepatch.fork.gitrepo import GitError, GitRepo
+from forgepatch.infra.gitrepo import GitError, GitRepo
 
 WORKTREES = "forgepatch-worktrees"
 _REF_LOCK = re.compile(r"Unable to create '([^']+\.lock)': File exists")

@@ -105,12 +105,6 @@ class GateDiff:
     def count(self, status: str) -> int:
         return sum(1 for c in self.selected() if c.status == status)
 
-    @property
-    def arch_changes(self) -> bool:
-        """Did any gate or predicate change its arch set (what makes ``--against`` exit 1)."""
-        return any(c.status in ("changed", "added", "removed") for c in self.selected()) or (
-            self.arch is None and bool(self.predicates))
-
     def to_json(self) -> dict[str, Any]:
         return {"old": {"source": self.old.source, "version": self.old.version},
                 "new": {"source": self.new.source, "version": self.new.version},

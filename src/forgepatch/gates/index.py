@@ -141,6 +141,3 @@ class Index:
 
     def self_assignments(self, file: str, cls: str, attr: str) -> list[ast.expr]:
         return self._self.get((file, cls), {}).get(attr, [])
-
-    def self_attributes(self, file: str, cls: str) -> dict[str, list[ast.expr]]:
-        return self._self.get((file, cls), {})

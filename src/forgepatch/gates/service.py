@@ -40,7 +40,7 @@ def _load(key: str) -> Inventory | None:
 
 
 def _store(key: str, inv: Inventory) -> None:
-    from forgepatch.atomic import write_atomic
+    from forgepatch.infra.atomic import write_atomic
 
     write_atomic(_memo_path(key), json.dumps(inv.to_json()))
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from forgepatch.atomic import write_atomic
+from forgepatch.infra.atomic import write_atomic
 
 FIXED_MTIME = 946684800  # 2000-01-01T00:00:00Z: fixed, and valid for zip-based tools
 GZIP_LEVEL = 6

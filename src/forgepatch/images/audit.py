@@ -216,7 +216,7 @@ def shared_objects(root: Path):
 
 def audit_image(image: str, arch: Arch, strict: bool = False, progress: Progress | None = None, api=None) -> AuditReport:
     """Audit the shared objects of ``image``'s Python environments (nothing runs inside)."""
-    from forgepatch import dockerapi
+    from forgepatch.infra import dockerapi
     from forgepatch.images.image_files import ImageFiles
 
     api = api or dockerapi.api()

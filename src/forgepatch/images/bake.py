@@ -108,7 +108,7 @@ def validate(doc: Any, base_dir: Path) -> list[str]:
 
 def write_bake(doc: dict[str, Any], out: Path) -> None:
     """Validate, then write atomically (temp file + rename)."""
-    from forgepatch.atomic import write_atomic
+    from forgepatch.infra.atomic import write_atomic
 
     out = Path(out).absolute()
     problems = validate(doc, out.parent)

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from forgepatch.combination import LABEL
-from forgepatch.dockerapi import api as connect
-from forgepatch.dockerapi import repo_digest
+from forgepatch.infra.dockerapi import api as connect
+from forgepatch.infra.dockerapi import repo_digest
 from forgepatch.errors import BadInput, Failure
 from forgepatch.images.spec import ImageSpec
 STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
@@ -257,7 +257,7 @@ def _take_line(line: str, lines: list[str], steps: list[Step], emit: Event) -> N
 
 
 def _write_log(path: Path | None, lines: list[str]) -> None:
-    from forgepatch.atomic import write_atomic
+    from forgepatch.infra.atomic import write_atomic
 
     if path is None:
         return

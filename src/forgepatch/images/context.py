@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator
 
-from forgepatch.atomic import write_atomic
+from forgepatch.infra.atomic import write_atomic
 from forgepatch.errors import BadInput
 from forgepatch.images.archive import (
     FIXED_MTIME, Sink, StagedFile, package_files, read_file, tarinfo, upstream_tar,

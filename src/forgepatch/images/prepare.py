@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from forgepatch.arch import Arch, get_arch
-from forgepatch.combination import Upstream, engine_version, image_tag, tag_safe
+from forgepatch.combination import Upstream, image_tag, tag_safe
+from forgepatch.patching.identity import engine_version
 from forgepatch.errors import BadInput, Failure
 from forgepatch.images.context import BuildContext, assemble, check_dest, secret_values
 from forgepatch.images.spec import ImageSpec, SourceFacts

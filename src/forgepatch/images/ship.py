@@ -6,14 +6,14 @@ push (nothing leaves the build host) and before the record is written.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
 from forgepatch.combination import LABEL
 from forgepatch.combination.records import AuditSummary, Build, BuildRecord
-from forgepatch.combination.refs import ImageRef, parse
+from forgepatch.infra.refs import ImageRef, parse
 from forgepatch.errors import BadInput, Failure
+from forgepatch import utctime
 
 Event = Callable[[str, dict[str, Any]], None]
 
@@ -26,7 +26,7 @@ def push_repo(repo: str) -> ImageRef:
 def preflight_push(repo: str) -> ImageRef:
     """Before anything is built: the image repo parses, its registry answers and takes the
     Docker config's credentials (BadInput, one line, otherwise)."""
-    from forgepatch import registry
+    from forgepatch.infra import registry
 
     ref = push_repo(repo)
     try:
@@ -61,7 +61,7 @@ def registry_hit(api, spec):
     None when the engine has the image (the local cache decides) or the registry lacks it."""
     import time
 
-    from forgepatch import registry
+    from forgepatch.infra import registry
     from forgepatch.images.build import BuildResult, base_image_id, find_cached
 
     started = time.perf_counter()
@@ -83,7 +83,7 @@ def registry_hit(api, spec):
 def fetch(api, result, on_event: Event | None = None) -> None:
     """Pull a registry hit by digest and give it its local tags (for the audit, which reads
     the image through this engine)."""
-    from forgepatch import registry
+    from forgepatch.infra import registry
     from forgepatch.combination import split_ref
 
     image_id = registry.pull(api, parse(result.digest, "digest"), on_event)
@@ -96,10 +96,11 @@ def fetch(api, result, on_event: Event | None = None) -> None:
 
 def push(api, result, on_event: Event | None = None):
     """Push the content-addressed tag (a remote no-op when the registry has that content)."""
-    from forgepatch import registry
+    from forgepatch.infra import registry
 
     base_id = result.labels.get(LABEL["base_image_id"])
-    return registry.push(api, result.image_id, result.tags[0], result.content_hash, base_id, on_event)
+    same = {LABEL["context_hash"]: result.content_hash, LABEL["base_image_id"]: base_id}
+    return registry.push(api, result.image_id, result.tags[0], same, on_event)
 
 
 def record(path: Path, result, audit: AuditSummary | None) -> Build:
@@ -111,7 +112,7 @@ def record(path: Path, result, audit: AuditSummary | None) -> Build:
         content_hash=result.content_hash, digest=result.digest, uploaded=result.uploaded,
         patchset=labels.get(LABEL["patchset"]), upstream=labels.get(LABEL["upstream"]),
         engine=labels.get(LABEL["engine"]), base_image=result.base_image, audit=audit,
-        built_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        built_at=utctime.iso_seconds(),
     )
     book.put(build)
     book.write(path)
@@ -122,7 +123,7 @@ def moving_base(api, base_image: str) -> str | None:
     """A warning when the base image is named by a tag although it came from a registry (it
     has a registry digest): the same pin and patches may build on other bytes tomorrow. A
     base made locally (no registry digest) has nothing to pin."""
-    from forgepatch.combination.refs import is_digest_ref
+    from forgepatch.infra.refs import is_digest_ref
 
     if is_digest_ref(base_image):
         return None

@@ -13,12 +13,13 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 
 from forgepatch.arch import Arch
 from forgepatch.combination import LABEL, LABEL_ARG, Upstream, content_ref, image_ref
 from forgepatch.errors import BadInput
 from forgepatch.images.context import SECRET_NAME, BuildContext, secret_values
+from forgepatch import utctime
 
 
 @dataclass
@@ -93,7 +94,7 @@ class ImageSpec:
             labels[LABEL["base_image_id"]] = base_image_id
             labels[LABEL["base_digest"]] = base_image_id
         if created is not None:
-            labels[LABEL["created"]] = created.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            labels[LABEL["created"]] = utctime.iso_seconds(created)
         return dict(sorted(labels.items()))
 
     def engine_args(self, labels: dict[str, str]) -> dict[str, str]:

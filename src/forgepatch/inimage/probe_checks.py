@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from forgepatch.inimage.probe_result import BF16_VS_EAGER, BF16_VS_FP32, EXACT, Tolerance
 
-# The GPU machines share NVLink hosts; multicast (NVLS) must stay off (see DESIGN.md §5).
+# The GPU machines share NVLink hosts; multicast (NVLS) must stay off (docs/architecture.md, Facts).
 NCCL_SAFE_ENV = {
     "NCCL_NVLS_ENABLE": "0",
     "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",

@@ -11,7 +11,7 @@ afterwards). ``label`` is a ``str.format`` template over the match's named group
 segment is left out when the groups in it did not match. Add a signature by adding a row.
 
 Field knowledge: ``known`` names the public issue(s) where the failure was posted (SGLang,
-vLLM, FlashInfer, NCCL, Triton; ``../shared/DESIGN.md`` §6 lists them) and ``workaround`` what
+vLLM, FlashInfer, NCCL, Triton; each row cites its own) and ``workaround`` what
 that issue gives as a way around it; both are printed by ``triage`` and in smoke reports. A
 ``note`` row is a warning, not a failure (a feature switched off, kernels skipped at build
 time): it is reported beside the verdict and never decides it.

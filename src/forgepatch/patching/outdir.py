@@ -93,7 +93,7 @@ def record_data(package: Path, meta: dict) -> bytes:
 
 def record(out: Path, meta: dict) -> int:
     """Write the marker listing every file now under ``out/sglang``; returns how many."""
-    from forgepatch.atomic import write_atomic
+    from forgepatch.infra.atomic import write_atomic
 
     write_atomic(Path(out) / MARKER, record_data(Path(out) / PACKAGE, meta))
     return recorded(out)

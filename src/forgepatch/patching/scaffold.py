@@ -229,7 +229,7 @@ def scaffold(pid: str, arch: str, dest_dir: Path, library, *, source: str | None
              module: str | None = None, matrix=None) -> Scaffold:
     """Write ``dest_dir/<pid>.toml``; BadInput for a bad id, an existing patch, an unknown function."""
     from forgepatch.arch import ARCHES, get_arch
-    from forgepatch.atomic import write_atomic
+    from forgepatch.infra.atomic import write_atomic
     from forgepatch.patching.patchset import load_patch
 
     if not ID_RE.fullmatch(pid):

@@ -52,7 +52,7 @@ def _tree_lock(src, what: str, write: bool):
     if src.kind != "dir":
         yield
         return
-    from forgepatch.journal import open_tree
+    from forgepatch.infra.journal import open_tree
 
     with open_tree(src.package, what, write=write):
         yield

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from forgepatch.journal import STATE_DIR
+from forgepatch.infra.journal import STATE_DIR
 
 
 class DirTree:

@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 from forgepatch.errors import BadInput
-from forgepatch.journal import STATE_DIR
+from forgepatch.infra.journal import STATE_DIR
 
 
 def unified_diff(originals: dict[str, bytes], changed: dict[str, bytes], prefix: str = "sglang") -> bytes:
@@ -28,9 +28,9 @@ def unified_diff(originals: dict[str, bytes], changed: dict[str, bytes], prefix:
 
 def write_in_place(package: Path, changed: dict[str, bytes]) -> None:
     """Replace the changed files of ``package``, all or none, even across a crash: staged
-    copies and a journal first, then the renames (``forgepatch.journal``). The caller holds
+    copies and a journal first, then the renames (``forgepatch.infra.journal``). The caller holds
     the package's lock (``journal.open_tree``)."""
-    from forgepatch.journal import commit
+    from forgepatch.infra.journal import commit
 
     commit(package, changed, "apply --in-place")
 
@@ -48,7 +48,7 @@ def write_out(package: Path, changed: dict[str, bytes], out_dir: Path, fill=None
     staging directory, the new one into place (the commit point), the record after it. The
     next run finds a staging directory a killed run left and finishes it (the copy was
     swapped in: its record follows) or undoes it (it was not: the old copy stays)."""
-    from forgepatch.journal import notify, open_tree
+    from forgepatch.infra.journal import notify, open_tree
     from forgepatch.patching.outdir import MARKER
 
     out_dir = Path(out_dir)
@@ -98,7 +98,7 @@ def write_out(package: Path, changed: dict[str, bytes], out_dir: Path, fill=None
 def recover_out(out_dir: Path) -> None:
     """Finish or undo a killed ``--out`` run's write into ``out_dir`` (before anything looks
     at what is there)."""
-    from forgepatch.journal import notify, open_tree
+    from forgepatch.infra.journal import notify, open_tree
     from forgepatch.patching.outdir import MARKER
 
     dest = Path(out_dir)

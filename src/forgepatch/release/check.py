@@ -94,9 +94,9 @@ def current_patchset(matrix, patches_dir: Path, arch: str) -> str:
 
 def pin_identity(inp: Inputs, pin: str) -> Upstream:
     """The pin's recorded identity; a git pin's rev resolved in the fork repo when it is there."""
-    from forgepatch.fork.fork import pin_identity as resolved
+    from forgepatch.combination import pin_identity as resolved
 
-    return resolved(inp.repo, inp.matrix.pins[pin])
+    return resolved(inp.matrix.pins[pin], inp.repo)
 
 
 def evaluate(inp: Inputs, arch: str, pin: str) -> Evaluation:

@@ -4,7 +4,6 @@ the image in the Docker engine. Nothing here writes, except the small docker wri
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -13,28 +12,9 @@ from typing import Any
 from forgepatch.combination import LABEL, Upstream, content_ref, image_ref, split_ref, validated_ref
 from forgepatch.combination.results import JobResult, SmokeResults
 from forgepatch.errors import BadInput, Failure
-from forgepatch.fork.gitrepo import GitRepo
+from forgepatch.infra.gitrepo import GitRepo
 from forgepatch.release.ledger import sha256_bytes
-
-
-def parse_time(text: str | None) -> datetime | None:
-    """ISO 8601 (Docker's nanosecond ``Created`` included) -> aware UTC datetime."""
-    if not text or not isinstance(text, str):
-        return None
-    m = re.fullmatch(r"(.*?T\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:?\d\d)?", text.strip())
-    if not m:
-        return None
-    frac = (m.group(2) or "")[:7]
-    tz = m.group(3) or "+00:00"
-    try:
-        when = datetime.fromisoformat(m.group(1) + frac + ("+00:00" if tz == "Z" else tz))
-    except ValueError:
-        return None
-    return when.astimezone(timezone.utc) if when.tzinfo else when.replace(tzinfo=timezone.utc)
-
-
-def iso(when: datetime) -> str:
-    return when.astimezone(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+from forgepatch.utctime import iso, parse as parse_time  # noqa: F401  (release reads times through ev.)
 
 
 # -- smoke results -----------------------------------------------------------------------------
@@ -80,7 +60,7 @@ class BranchFacts:
 
 
 def branch(repo: GitRepo, name: str) -> BranchFacts | None:
-    from forgepatch.combination import parse_trailers
+    from forgepatch.infra.gitrepo import parse_trailers
 
     head = repo.ref(f"refs/heads/{name}")
     if head is None:
@@ -112,8 +92,8 @@ def check_tag_name(repo: GitRepo, name: str) -> None:
 
 # -- docker --------------------------------------------------------------------------------------
 def docker_api():
-    """The low-level Docker API client (``forgepatch.dockerapi``)."""
-    from forgepatch.dockerapi import api
+    """The low-level Docker API client (``forgepatch.infra.dockerapi``)."""
+    from forgepatch.infra.dockerapi import api
 
     return api()
 
@@ -148,7 +128,7 @@ def inspect_image(api, ref: str) -> ImageFacts | None:
         doc = api.inspect_image(ref)
     except (ImageNotFound, NotFound):
         return None
-    from forgepatch.dockerapi import repo_digest
+    from forgepatch.infra.dockerapi import repo_digest
 
     labels = (doc.get("Config") or {}).get("Labels") or {}
     created = parse_time(doc.get("Created")) or datetime.fromtimestamp(0, timezone.utc)
@@ -159,8 +139,8 @@ def inspect_image(api, ref: str) -> ImageFacts | None:
 def remote_image(digest: str, what: str = "--image") -> ImageFacts | None:
     """An image known from the registry only (its manifest and config; nothing pulled): its
     ID is the config digest, as the engine would name it once pulled."""
-    from forgepatch import registry
-    from forgepatch.combination.refs import parse_digest_ref
+    from forgepatch.infra import registry
+    from forgepatch.infra.refs import parse_digest_ref
 
     found = registry.remote_image(parse_digest_ref(digest, what))
     if found is None:
@@ -191,7 +171,7 @@ def current_image(api, repo: str, arch: str, pin: str, override: str | None = No
     """The image a release of (arch, pin) would publish: ``override`` if given, else the
     newest image labelled with that arch and pin that has a tag in ``repo``; when this engine
     has none, the digest the smoke jobs ran on (``ran_on``), read from the registry."""
-    from forgepatch.combination.refs import is_digest_ref
+    from forgepatch.infra.refs import is_digest_ref
 
     if override:
         image = inspect_image(api, override)

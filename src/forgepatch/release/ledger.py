@@ -21,7 +21,7 @@ import json
 from contextlib import contextmanager
 from pathlib import Path
 
-from forgepatch.atomic import write_atomic
+from forgepatch.infra.atomic import write_atomic
 from typing import Any, Iterator
 
 from forgepatch.errors import BadInput, Failure

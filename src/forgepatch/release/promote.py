@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from forgepatch.combination import LABEL, image_tag, release_image_tag
-from forgepatch.combination.refs import ImageRef, parse, parse_digest_ref
+from forgepatch.infra.refs import ImageRef, parse, parse_digest_ref
 
 
 @dataclass
@@ -47,7 +47,7 @@ def problems(promo: Promotion, image_id: str) -> list[str]:
     """Why the registry cannot take this release (empty: it can): the digest is missing or
     names another image, or the release tag already names another digest (release tags
     never move; the validated tag follows the newest release)."""
-    from forgepatch import registry
+    from forgepatch.infra import registry
 
     ref = promo.ref
     found = registry.remote_image(ref)
@@ -65,13 +65,13 @@ def problems(promo: Promotion, image_id: str) -> list[str]:
 
 def promote(promo: Promotion) -> dict[str, str | None]:
     """Point the tags at the digest (manifest PUT, no blob upload); what they named before."""
-    from forgepatch import registry
+    from forgepatch.infra import registry
 
     return registry.tag_remote(promo.ref, promo.tags)
 
 
 def undo(promo: Promotion, before: dict[str, str | None]) -> None:
-    from forgepatch import registry
+    from forgepatch.infra import registry
 
     try:
         registry.restore_remote(promo.ref, before)
@@ -83,7 +83,7 @@ def check(entry: dict[str, Any], newest: bool) -> list[tuple[bool, str]]:
     """(ok, detail) per registry fact of a ledger entry: each tag resolves to the recorded
     digest (the validated tag only for the newest release), the image there carries the
     recorded arch, pin and patchset and is the recorded image."""
-    from forgepatch import registry
+    from forgepatch.infra import registry
 
     rec = entry.get("image") or {}
     digest = rec.get("digest")

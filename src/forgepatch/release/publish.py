@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from forgepatch.combination import LABEL, Trailer, format_trailers, release_identity, validated_ref
+from forgepatch.combination import LABEL, Trailer, release_identity, validated_ref
+from forgepatch.infra.gitrepo import format_trailers
 from forgepatch.errors import BadInput, Failure
-from forgepatch.fork.gitrepo import TagFacts
+from forgepatch.infra.gitrepo import TagFacts
 from forgepatch.release import evidence as ev
 from forgepatch.release.check import Combination, Evaluation, Inputs, Reason, evaluate, pairs
 from forgepatch.release.ledger import Ledger, chain_problem

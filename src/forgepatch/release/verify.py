@@ -20,7 +20,7 @@ from typing import Any, Callable
 from forgepatch.combination import LABEL, Trailer, branch_name
 from forgepatch.combination.results import SmokeResults
 from forgepatch.errors import BadInput
-from forgepatch.fork.gitrepo import GitRepo, TagFacts
+from forgepatch.infra.gitrepo import GitRepo, TagFacts
 from forgepatch.release import evidence as ev
 from forgepatch.release import integrity
 from forgepatch.release.ledger import Ledger, chain_problem, sha256_bytes

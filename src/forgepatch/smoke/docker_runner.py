@@ -19,11 +19,11 @@ import uuid
 from pathlib import Path
 
 from forgepatch.combination import CONTAINER_JOB, CONTAINER_OWNER, CONTAINER_RUN
-from forgepatch.combination.refs import is_digest_ref
+from forgepatch.infra.refs import is_digest_ref
 from forgepatch.combination import LABEL as IMAGE_LABEL
 from forgepatch.errors import BadInput
 from forgepatch.inimage.monitor import LineSplitter
-from forgepatch.dockerapi import repo_digest
+from forgepatch.infra.dockerapi import repo_digest
 from forgepatch.inimage.toolchain import prelude
 from forgepatch.smoke.jobs import JobSpec, LogSink, RunOutcome
 
@@ -48,7 +48,7 @@ class DockerRunner:
     name = "docker"
 
     def __init__(self, client=None, shm_size: str = "16g"):
-        from forgepatch import dockerapi
+        from forgepatch.infra import dockerapi
 
         if client is None:
             try:
@@ -78,7 +78,7 @@ class DockerRunner:
         pulled (``on_pull`` sees the progress)."""
         import docker.errors
 
-        from forgepatch.combination.refs import is_digest_ref, parse, parse_digest_ref
+        from forgepatch.infra.refs import is_digest_ref, parse, parse_digest_ref
 
         if any(not j.image for j in jobs):
             raise BadInput("--runner docker needs an image for every job (--image or [smoke] image)")
@@ -114,7 +114,7 @@ class DockerRunner:
         self.reap_stale()
 
     def _remote_labels(self, ref) -> dict[str, str]:
-        from forgepatch import registry
+        from forgepatch.infra import registry
 
         found = registry.remote_image(ref)
         if found is None:
@@ -122,8 +122,8 @@ class DockerRunner:
         return found.labels
 
     def _pull(self, image: str) -> None:
-        from forgepatch import registry
-        from forgepatch.combination.refs import parse
+        from forgepatch.infra import registry
+        from forgepatch.infra.refs import parse
 
         on = getattr(self, "on_pull", None)
         registry.pull(self.client.api, parse(image), (lambda kind, data: on(image, data)) if on else None)

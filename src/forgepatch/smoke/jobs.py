@@ -14,7 +14,6 @@ import os
 import sys
 import threading
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Protocol
 
@@ -24,6 +23,7 @@ from forgepatch.inimage.monitor import Event, Monitor, Triage, extract_json, wit
 from forgepatch.inimage.process import follow_session, start_session
 from forgepatch.inimage.toolchain import prelude
 from forgepatch.paths import PACKAGE_DIR
+from forgepatch import utctime
 
 
 
@@ -114,7 +114,7 @@ def judge(spec: JobSpec, out: RunOutcome, runner: str = "") -> JobResult:
         image_id=out.image_id, image_digest=out.image_digest, patchset=labels.get(LABEL["patchset"]), audit=spec.audit,
         upstream=labels.get(LABEL["upstream"]), engine=labels.get(LABEL["engine"]),
         toolchain=Toolchain.model_validate(found) if isinstance(found, dict) else None,
-        finished_at=datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z"),
+        finished_at=utctime.iso(),
     )
     seen = {p[0] for p in t.phases}
     if out.error:

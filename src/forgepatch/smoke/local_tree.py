@@ -86,7 +86,7 @@ def job_python(spec, env: dict[str, str]) -> str:
 
 
 def _key(source, patchset: str) -> str:
-    from forgepatch.combination import engine_digest
+    from forgepatch.patching.identity import engine_digest
 
     ident = f"{source.label}\0{source.revision or ''}\0{patchset}\0{engine_digest()}"
     return hashlib.sha256(ident.encode()).hexdigest()[:20]

@@ -88,6 +88,6 @@ def to_junit(results: list[JobResult], name: str = "forgepatch-smoke") -> str:
 
 def write_text(path: Path, text: str) -> None:
     """Transactional write: temp file in the same directory, then rename."""
-    from forgepatch.atomic import write_atomic
+    from forgepatch.infra.atomic import write_atomic
 
     write_atomic(Path(path), text)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Callable
 
@@ -11,6 +10,7 @@ from forgepatch.combination.results import JobResult, Plan, SmokeResults
 from forgepatch.errors import BadInput
 from forgepatch.smoke.jobs import LocalRunner
 from forgepatch.smoke.matrix import default_job_id, job_spec, parse_shard, plan as plan_jobs, run_jobs, select
+from forgepatch import utctime
 
 
 def make_runner(name: str, matrix=None, patches=None):
@@ -29,7 +29,7 @@ def logs_root(logs: Path | None) -> Path:
     from forgepatch.paths import cache_dir
 
     root = Path(logs) if logs else cache_dir("smoke", "logs")
-    run = root / time.strftime("%Y%m%d-%H%M%S")
+    run = root / utctime.compact()
     run.mkdir(parents=True, exist_ok=True)
     return run
 
@@ -48,7 +48,7 @@ def smoke(matrix, runner_name: str, arch=None, pin=None, profile=None, shard=Non
     ``builds`` (build records, ``combination.records``) give each job the digest built for its
     arch x pin and the build's audit; jobs on a digest also check the image's patchset against
     the patch files (``patches``) before anything is pulled."""
-    from forgepatch.combination.refs import is_digest_ref
+    from forgepatch.infra.refs import is_digest_ref
 
     if builds and image:
         raise BadInput("--builds and --image are exclusive (the build record names each job's image)")
@@ -83,7 +83,7 @@ def use_builds(specs, paths: list[Path]) -> None:
     """Each job runs the digest its build record names for its arch x pin (BadInput, one line,
     when a record lacks the pair, was not pushed, or holds a tag where a digest belongs)."""
     from forgepatch.combination.records import load_records
-    from forgepatch.combination.refs import parse_digest_ref
+    from forgepatch.infra.refs import parse_digest_ref
 
     records = load_records(list(paths))
     where = ", ".join(str(p) for p in paths)

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
-from forgepatch.combination.refs import ImageRef, parse
+from forgepatch.infra.refs import ImageRef, parse
 from forgepatch.errors import BadInput, Failure
 
 MANIFEST_V2 = "application/vnd.docker.distribution.manifest.v2+json"
@@ -316,15 +316,13 @@ class Pushed:
     seconds: float = 0.0
 
 
-def push(api, image_id: str, tag_ref: str, content_hash: str, base_id: str | None = None,
+def push(api, image_id: str, tag_ref: str, same_content: Mapping[str, str | None] | None = None,
          on_event: Event | None = None) -> Pushed:
     """Push ``tag_ref`` (the content-addressed tag, naming ``image_id`` locally) unless the
     registry already has that tag with the same content (the same image, or an image whose
-    ``forgepatch.context-hash`` and base labels match): a manifest HEAD/GET and the config
-    blob decide it, no layer moves."""
+    labels ``same_content`` names match — the caller's content hash and base labels; a None
+    value is not compared): a manifest HEAD/GET and the config blob decide it, no layer moves."""
     import time
-
-    from forgepatch.combination import LABEL
 
     started = time.perf_counter()
     emit = on_event or (lambda kind, data: None)
@@ -335,8 +333,8 @@ def push(api, image_id: str, tag_ref: str, content_hash: str, base_id: str | Non
         same = manifest.config_digest == image_id
         if not same:
             labels = ((reg.config(ref, manifest).get("config") or {}).get("Labels")) or {}
-            same = labels.get(LABEL["context_hash"]) == content_hash and (
-                base_id is None or labels.get(LABEL["base_image_id"]) == base_id)
+            wanted = {key: want for key, want in (same_content or {}).items() if want is not None}
+            same = bool(wanted) and all(labels.get(key) == want for key, want in wanted.items())
         if same:
             emit("push-hit", {"ref": tag_ref, "digest": manifest.digest})
             return Pushed(tag_ref, f"{ref.name}@{manifest.digest}", manifest.config_digest or image_id, False,

@@ -398,7 +398,7 @@ def recover_tree(root: Path) -> None:
 def write_together(files: dict[Path, bytes | str], what: str) -> None:
     """Write several files (reports, results) all or none, like ``write_files``: the
     journal lives in their common directory. One file is a plain atomic write."""
-    from forgepatch.atomic import write_atomic
+    from forgepatch.infra.atomic import write_atomic
 
     items = {Path(p).resolve(): (d.encode("utf-8") if isinstance(d, str) else d) for p, d in files.items()}
     for path in items:

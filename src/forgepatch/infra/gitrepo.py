@@ -13,9 +13,8 @@ import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
-from forgepatch.combination import parse_trailers
 from forgepatch.errors import BadInput, Failure
 
 LOCK_NAME = "forgepatch.lock"
@@ -386,3 +385,21 @@ def clone_bare(url: str, dest: Path) -> None:
     except _git_errors() as exc:
         last = (str(exc.stderr or "").strip().splitlines() or ["failed"])[-1].strip("' ")
         raise BadInput(f"--source: cannot clone {url}: {last}") from None
+
+
+def parse_trailers(message: str) -> dict[str, str]:
+    """``Key: value`` trailers of the last paragraph of a commit or tag message."""
+    paragraphs = [p for p in message.strip().split("\n\n") if p.strip()]
+    if not paragraphs:
+        return {}
+    out: dict[str, str] = {}
+    for line in paragraphs[-1].splitlines():
+        m = re.match(r"([A-Za-z0-9-]+):\s*(.*)$", line)
+        if m:
+            out[m.group(1)] = m.group(2).strip()
+    return out
+
+
+def format_trailers(pairs: Mapping[str, str | None]) -> str:
+    """``Key: value`` lines for the values that are set, in the given order."""
+    return "".join(f"{key}: {value}\n" for key, value in pairs.items() if value)
