@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -145,11 +145,44 @@ def _failure_message(res) -> str:
     return " | ".join(parts)
 
 
+def _render_many(runs, arch: str, as_json: bool, diff: bool, check: bool, missing: list[str]) -> None:
+    """A multi-package run: one block per package (its own patchset), then one verdict."""
+    from forgepatch.errors import Failure
+    from forgepatch.patching.model import Status
+
+    drift = [r for r in runs if r.result.drift]
+    if as_json:
+        worst = Status.worst([p.status for r in runs for p in r.result.patches])
+        status = worst.value if worst.failed else ("changed" if any(r.result.changed for r in runs) else "unchanged")
+        print_json({"arch": arch, "status": status, "packages": [r.to_json() for r in runs], "not_run": missing})
+    else:
+        for r in runs:
+            _render(r, stderr=diff)
+        if diff:
+            typer.echo(b"".join(r.diff for r in runs), nl=False)
+        con = console(stderr=diff)
+        for pkg in missing:
+            con.print(f"note: the {arch} series also patches {pkg}: not run (no --source for it, no pin of it)")
+        for r in runs:
+            if r.written:
+                con.print(f"wrote {_shown(r.written)}: {len(r.result.changed)} file(s) changed ({r.source.package_name})")
+        if check and not drift:
+            n = sum(len(r.result.changed) for r in runs)
+            con.print(f"would change {n} file(s)" if n else "already patched")
+    if drift:
+        raise Failure(" | ".join(f"{r.source.package_name}: {_failure_message(r.result)}" for r in drift)
+                      + " (nothing written, in any package)")
+    if check and any(not r.result.in_patched_state for r in runs):
+        raise typer.Exit(1)
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def apply(
         arch: str = arch_option(),
-        source: Optional[str] = source_option(),
+        source: Optional[List[str]] = typer.Option(None, "--source", metavar="SRC", help=
+            "pypi:VERSION | pypi:DIST==VERSION (pypi:flashinfer-python==0.7.2) | git:PATH_OR_URL@REV | DIR | a pin "
+            "name; repeat it for each package the series patches (one apply run over all of them)"),
         pin: Optional[str] = pin_option(),
         out: Optional[Path] = typer.Option(None, "--out", help="Write the patched package (complete: every file of the source) as DIR/sglang/... (default forgepatch-out/ARCH)."),
         in_place: bool = typer.Option(False, "--in-place", help="Patch a local directory source in place."),
@@ -169,9 +202,18 @@ def register(app: typer.Typer) -> None:
         if force and (in_place or check or diff):
             raise BadInput("--force only applies to --out")
         matrix = STATE.matrix()
-        source = source_or_pin(source, pin, matrix)
         if out is None and not in_place and not check and not diff:
             out = Path("forgepatch-out") / arch
+        from forgepatch.patching.service import apply_many, not_run, series_sources
+
+        sources = series_sources(arch, source, pin, matrix, STATE.patches())
+        if len(sources) > 1:
+            runs = apply_many(arch, sources, out, matrix, STATE.patches(), in_place=in_place, check=check,
+                              diff=diff, force=force)
+            _render_many(runs, arch, as_json, diff, check,
+                         not_run(arch, matrix, STATE.patches(), [r.source.package_name for r in runs]))
+            return
+        source = sources[0]
         run = apply_arch(arch, source, out, matrix, STATE.patches(), in_place=in_place, check=check, diff=diff,
                          force=force)
         if as_json:
