@@ -51,7 +51,10 @@ def _render(run, stderr: bool = False) -> None:
                     where, detail = "", s.detail
                 else:
                     where = f"{loc.file}:{loc.line}" if loc.line else f"{loc.file}"
-                    where += f" {loc.symbol}" if loc.symbol and loc.symbol != "<module>" else " (module level)"
+                    if loc.symbol and loc.symbol != "<module>":
+                        where += f" {loc.symbol}"
+                    elif loc.symbol or (loc.file or "").endswith(".py"):
+                        where += " (module level)"  # (a text patch's or an added file's place has no symbol)
                     detail = (f"`{loc.gate}` " if loc.gate else "") + loc.detail
                 name = s.site if i == 0 else ""
                 con.print(f"  {name:<22} [{_STYLE.get(status, '')}]{_label(status, written):<17}[/] "
