@@ -377,7 +377,8 @@ def key_line(text: str, loc: tuple[Any, ...]) -> int | None:
     """Best-effort line of a key path in TOML text: the key itself, else the deepest
     enclosing table header or dotted key that is a prefix of it."""
     keys = [str(k) for k in loc if not isinstance(k, int)]
-    split = lambda s: [p.strip().strip("\"'") for p in s.split(".")]  # noqa: E731
+    # dotted keys split at dots outside quotes ([pins."v0.5.23".packages.flashinfer])
+    split = lambda s: [p.strip().strip("\"'") for p in re.findall(r'"[^"]*"|\'[^\']*\'|[^.]+', s)]  # noqa: E731
     best, best_len, table = None, 0, []
     for no, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0].strip()

@@ -11,7 +11,8 @@ from forgepatch.cli._options import arch_option, pin_option, source_option, sour
 from forgepatch.cli._state import STATE, console, print_json
 
 _STYLE = {"applied": "green", "already-applied": "cyan", "absorbed-upstream": "blue", "ignored": "yellow",
-          "not-applicable": "dim", "incomplete": "bold red", "drift": "bold red"}
+          "not-applicable": "dim", "incomplete": "bold red", "drift": "bold red",
+          "review": "bold red"}
 # When nothing is written (--check, --diff, or a failed run) no edit "was applied": say what
 # the run would do instead. The word "applied" appears only when files were written.
 _UNWRITTEN = {"applied": "would apply", "already-applied": "already patched"}
@@ -139,6 +140,8 @@ def _failure_message(res) -> str:
             for loc in s.locations:
                 if loc.status is Status.DRIFT:
                     parts.append(f"patch {p.patch_id}: site {s.site} drifted: {loc}")
+                elif loc.status is Status.REVIEW:
+                    parts.append(f"patch {p.patch_id}: site {s.site} needs review: {loc.file}: {loc.detail}")
                 elif loc.status is Status.INCOMPLETE:
                     gate = f"`{loc.gate}` " if loc.gate else ""
                     detail = loc.detail.replace(f"; {INCOMPLETE_HINT}", "")

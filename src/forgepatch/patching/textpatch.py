@@ -153,8 +153,13 @@ def scan(text: str, spec: TextSite) -> tuple[list[tuple[int, int]], list[int]]:
         pos = line.find(spec.old) if spec.anchored(line) else -1
         if pos >= 0 and not text.startswith(spec.new, at + pos) and not _inside_new(text, at + pos, spec):
             todo.append((i + 1, at + pos))
-        elif first_new and first_new in line and text.find(spec.new, at) != -1 \
-                and text.find(spec.new, at) < at + len(line):
+            continue
+        hit = text.find(spec.new, at) if first_new and first_new in line else -1
+        if hit == -1 or hit >= at + len(line):
+            continue
+        # the anchored line, read back with `new` as `old`: the edit stands where the anchor was
+        tail = text[hit + len(spec.new):].split("\n", 1)[0]
+        if spec.anchored(text[at:hit] + spec.old + tail) or spec.near:
             done.append(i + 1)
     return todo, done
 
