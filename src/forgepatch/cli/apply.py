@@ -245,7 +245,8 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def lint(
         arch: str = arch_option(),
-        source: Optional[str] = source_option(),
+        source: Optional[List[str]] = typer.Option(
+            None, "--source", metavar="SRC", help="As for apply; repeat it for each package the series patches."),
         pin: Optional[str] = pin_option(),
         as_json: bool = typer.Option(False, "--json", help="Print findings as JSON."),
     ) -> None:
@@ -254,30 +255,40 @@ def register(app: typer.Typer) -> None:
 
         from forgepatch.errors import Failure
         from forgepatch.patching.model import Status
-        from forgepatch.patching.service import lint_arch
+        from forgepatch.patching.service import lint_arch, series_sources
 
         matrix = STATE.matrix()
-        result, src, found = lint_arch(arch, source_or_pin(source, pin, matrix), matrix, STATE.patches())
-        findings = [(pid, loc) for pid, loc in found if loc.status is Status.INCOMPLETE]
-        ignored = [(pid, loc) for pid, loc in found if loc.status is Status.IGNORED]
+        sources = series_sources(arch, source, pin, matrix, STATE.patches())
+        runs = [lint_arch(arch, one, matrix, STATE.patches()) for one in sources]  # one per package
 
         def doc(pid, loc):
             reason, _, rest = loc.detail.partition("; ")
             return {"patch": pid, "file": loc.file, "line": loc.line, "function": loc.symbol, "gate": loc.gate,
                     "reason": reason, **({"ignored": rest.removeprefix("ignored: ")} if loc.status is Status.IGNORED else {})}
 
+        docs, total = [], 0
+        for result, src, found in runs:
+            findings = [(pid, loc) for pid, loc in found if loc.status is Status.INCOMPLETE]
+            ignored = [(pid, loc) for pid, loc in found if loc.status is Status.IGNORED]
+            total += len(findings)
+            docs.append({"arch": arch, "source": src.label, "version": result.version,
+                         "findings": [doc(*f) for f in findings], "ignored": [doc(*f) for f in ignored]})
+            if len(runs) > 1:
+                docs[-1]["package"] = src.package_name
+            if not as_json:
+                con = console()
+                for _pid, loc in findings:
+                    con.print(f"[red]{escape(str(loc))}[/]", soft_wrap=True)
+                for pid, loc in ignored:
+                    con.print(f"[yellow]ignored by {pid}:[/] {escape(str(loc))}", soft_wrap=True)
+                con.print(f"{len(findings)} gate(s) still reject {arch} ({src.label})"
+                          + (f"; {len(ignored)} declared exception(s)" if ignored else ""))
         if as_json:
-            print_json({"arch": arch, "source": src.label, "version": result.version,
-                        "findings": [doc(*f) for f in findings], "ignored": [doc(*f) for f in ignored]})
-        else:
-            con = console()
-            for _pid, loc in findings:
-                con.print(f"[red]{escape(str(loc))}[/]", soft_wrap=True)
-            for pid, loc in ignored:
-                con.print(f"[yellow]ignored by {pid}:[/] {escape(str(loc))}", soft_wrap=True)
-            con.print(f"{len(findings)} gate(s) still reject {arch} ({src.label})"
-                      + (f"; {len(ignored)} declared exception(s)" if ignored else ""))
-        if any(p.status is Status.DRIFT for p in result.patches):
-            raise Failure(_failure_message(result))
-        if findings:
+            print_json(docs[0] if len(docs) == 1 else {"arch": arch, "packages": docs})
+        failed = [(result, src) for result, src, _ in runs
+                  if any(p.status is Status.DRIFT or p.status.value == "review" for p in result.patches)]
+        if failed:
+            raise Failure(" | ".join((f"{src.package_name}: " if len(runs) > 1 else "") + _failure_message(result)
+                                     for result, src in failed))
+        if total:
             raise typer.Exit(1)
