@@ -84,6 +84,18 @@ def for_package(series: Series, package: str, matrix: Any = None) -> Series:
     return Series(series.arch, mine)
 
 
+def sglang_only(series: Series, what: str) -> Series:
+    """``series`` for a stage that carries SGLang alone so far (``build``, the smoke local
+    tree): a series that patches another package too is refused (exit 2), never built or
+    smoked without that package's patches."""
+    others = [p for p in series.patches if p.package != "sglang"]
+    if others:
+        raise BadInput(f"{what}: the {series.arch.name} series patches {others[0].package} too "
+                       f"(patch {others[0].id}); {what} carries the sglang package only so far: "
+                       f"use `forgepatch apply --out DIR` for every package")
+    return series
+
+
 def packages_of(series: Series) -> list[str]:
     """The packages ``series`` patches, in the order their first patch appears."""
     return list(dict.fromkeys(p.package for p in series.patches))
