@@ -3,9 +3,12 @@
 - the engine with its self-check (gate coverage + changed == reported) and without it,
   interleaved, same process: the self-check must cost at most 1.5x (issue 11);
 - the CLI wall time (`apply --check`, start-up included) and `forgepatch --help`;
-- parsing every file with libcst (the baseline a naive codemod pays).
+- parsing every file with libcst (the baseline a naive codemod pays);
+- a two-package series (sglang + flashinfer: tests/fixtures/packages, major-list, a .cu
+  text patch and an added config) in ONE `apply --check` over VERSION and flashinfer-python
+  FLASHINFER, interleaved with the sglang-only series on the same sglang tree (issue 23).
 
-    python bench/apply.py [--version 0.5.23] [--runs 5] [--baseline-runs 1]
+    python bench/apply.py [--version 0.5.23] [--flashinfer 0.7.2] [--runs 5] [--baseline-runs 1]
 
 Prints medians and ratios as JSON. Goals: apply <= 1.0 s wall including start-up, >= 100x
 faster than parse-all; self-check <= 1.5x; `forgepatch --help` <= 0.25 s.
@@ -46,6 +49,7 @@ def main() -> None:
     ap.add_argument("--version", default="0.5.23")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--baseline-runs", type=int, default=1)
+    ap.add_argument("--flashinfer", default="0.7.2")
     args = ap.parse_args()
 
     from forgepatch.sources import pypi_tree
@@ -56,6 +60,20 @@ def main() -> None:
     wall(apply_cmd)  # warm the page cache
     applies = [wall(apply_cmd) for _ in range(args.runs)]
     helps = [wall(exe + ["--help"]) for _ in range(args.runs)]
+
+    # the two-package series side by side with the sglang-only one, interleaved
+    from forgepatch.packages import KNOWN
+
+    pypi_tree(args.flashinfer, KNOWN["flashinfer"])  # downloaded and unpacked once, before timing
+    project = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "packages"
+    two_cmd = exe + ["--config", str(project / "matrix.toml"), "--patches", str(project / "patches"), "apply",
+                     "--arch", "sm120", "--source", str(tree.package.parent), "--source",
+                     f"pypi:flashinfer-python=={args.flashinfer}", "--check"]
+    wall(two_cmd)
+    one_package, two_packages = [], []
+    for _ in range(args.runs):
+        one_package.append(wall(apply_cmd))
+        two_packages.append(wall(two_cmd))
 
     from forgepatch.arch import get_arch
     from forgepatch.patching.engine import run_patches
@@ -81,11 +99,11 @@ def main() -> None:
     for _ in range(args.runs):  # interleaved, so load on the machine hits both alike
         checked.append(engine(True))
         unchecked.append(engine(False))
-    baseline = [parse_all(tree.package) for _ in range(args.baseline_runs)]
-    base = statistics.median(b[0] for b in baseline)
+    baseline = [parse_all(tree.package) for _ in range(args.baseline_runs)]  # 0: skip the slow baseline
+    base = statistics.median(b[0] for b in baseline) if baseline else float("nan")
     doc = {
         "version": args.version,
-        "files": baseline[0][1],
+        "files": baseline[0][1] if baseline else None,
         "apply_cli_wall_s_median": round(statistics.median(applies), 3),
         "apply_engine_s_median": round(statistics.median(checked), 3),
         "apply_engine_without_self_check_s_median": round(statistics.median(unchecked), 3),
@@ -95,6 +113,10 @@ def main() -> None:
         "speedup_cli_vs_parse_all": round(base / statistics.median(applies), 1),
         "speedup_engine_vs_parse_all": round(base / statistics.median(checked), 1),
         "help_wall_s_median": round(statistics.median(helps), 3),
+        "flashinfer": args.flashinfer,
+        "sglang_only_series_cli_wall_s_median": round(statistics.median(one_package), 3),
+        "two_package_series_cli_wall_s_median": round(statistics.median(two_packages), 3),
+        "two_package_vs_sglang_only_ratio": round(statistics.median(two_packages) / statistics.median(one_package), 2),
         "runs": args.runs,
         "baseline_runs": args.baseline_runs,
     }

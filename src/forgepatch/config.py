@@ -3,7 +3,9 @@
 ```toml
 default_pin = "v0.5.23"
 [upstream]            # where SGLang comes from
+[packages.NAME]       # another patched package: pypi = "flashinfer-python", import_name, package_dir
 [pins.NAME]           # pypi = "0.5.23"  |  rev = "<sha>"  (+ resolved facts)
+[pins.NAME.packages.flashinfer]  # pypi = "0.7.2" | rev = "<sha>" (+ sha256): that package's pin
 [arches.sm120]        # patches = [...], base_image, build_args, extra_wheels, profiles
 [profiles.NAME]       # flags = ["--tp-size 8", ...], gpus = 8, required = true
 ```
@@ -53,6 +55,73 @@ class Upstream(_Strict):
     package_dir: str = "python/sglang"  # where the package lives in the git repo
 
 
+class PackageConfig(_Strict):
+    """``[packages.NAME]``: a package patches may declare besides sglang (see ``packages``)."""
+
+    pypi: str | None = None  # the PyPI distribution name (flashinfer-python)
+    import_name: str | None = None  # the import package (flashinfer)
+    package_dir: str | None = None  # where it lives in a git checkout
+    repo: str | None = None  # its upstream git repository
+
+    @field_validator("pypi", "import_name", "package_dir")
+    @classmethod
+    def _names(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_./-]{0,127}", v) or (v and ".." in v):
+            raise ValueError(f"{v!r} is not a package name or relative directory")
+        return v
+
+    @field_validator("repo")
+    @classmethod
+    def _repo(cls, v: str | None) -> str | None:
+        return None if v is None else _check(srcspec.check_repo, v, "repo")
+
+
+class PackagePin(_Strict):
+    """``[pins.NAME.packages.PKG]``: the version (or git revision) of another package that
+    goes with the pin, recorded like the pin itself (wheel sha256 / full SHA)."""
+
+    pypi: str | None = None
+    rev: str | None = None
+    repo: str | None = None
+    sha256: str | None = None
+
+    @field_validator("pypi")
+    @classmethod
+    def _pypi(cls, v: str | None) -> str | None:
+        return None if v is None else _check(srcspec.check_version, v, "pypi")
+
+    @field_validator("rev")
+    @classmethod
+    def _rev(cls, v: str | None) -> str | None:
+        return None if v is None else _check(srcspec.check_rev, v, "rev")
+
+    @field_validator("repo")
+    @classmethod
+    def _repo(cls, v: str | None) -> str | None:
+        return None if v is None else _check(srcspec.check_repo, v, "repo")
+
+    @field_validator("sha256")
+    @classmethod
+    def _sha(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[0-9a-f]{64}", v):
+            raise ValueError(f"{v[:70]!r} is not a sha256 (64 lower-case hex digits)")
+        return v
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "PackagePin":
+        if (self.pypi is None) == (self.rev is None):
+            raise ValueError("a package pin needs exactly one of 'pypi' or 'rev'")
+        if self.repo is not None and self.rev is None:
+            raise ValueError("'repo' only applies to a 'rev' pin")
+        return self
+
+    def source(self, dist: str, repo: str | None = None) -> str:
+        """The package pin as a SRC string (``pypi:flashinfer-python==0.7.2``)."""
+        if self.pypi:
+            return f"pypi:{dist}=={self.pypi}"
+        return f"git:{self.repo or repo or '.'}@{self.rev}"
+
+
 class Pin(_Strict):
     pypi: str | None = None  # a release version on PyPI
     rev: str | None = None  # a git revision (full SHA once resolved)
@@ -60,6 +129,7 @@ class Pin(_Strict):
     sha256: str | None = None  # resolved wheel digest for pypi pins
     version: str | None = None  # upstream version of a rev pin, if known
     markers: dict[str, str] = Field(default_factory=dict)  # log-marker overrides for smoke
+    packages: dict[str, PackagePin] = Field(default_factory=dict)  # other packages' versions
 
     @field_validator("pypi")
     @classmethod
@@ -210,6 +280,7 @@ class Release(_Strict):
 class Matrix(_Strict):
     default_pin: str
     upstream: Upstream = Field(default_factory=Upstream)
+    packages: dict[str, PackageConfig] = Field(default_factory=dict)
     pins: dict[str, Pin]
     arches: dict[str, ArchConfig] = Field(default_factory=dict)
     profiles: dict[str, Profile] = Field(default_factory=dict)
@@ -227,6 +298,20 @@ class Matrix(_Strict):
                     raise _RefError((kind, name), str(exc).removeprefix("name: ")) from None
         if self.default_pin not in self.pins:
             raise _RefError(("default_pin",), f"unknown pin {self.default_pin!r}")
+        from forgepatch.packages import KNOWN
+
+        for name in self.packages:
+            try:
+                srcspec.check_name(name, "name")
+            except ValueError as exc:
+                raise _RefError(("packages", name), str(exc).removeprefix("name: ")) from None
+        for pname, pin in self.pins.items():
+            for pkg in pin.packages:
+                if pkg == "sglang":
+                    raise _RefError(("pins", pname, "packages", pkg), "sglang is the pin itself (pypi/rev of the pin)")
+                if pkg not in KNOWN and pkg not in self.packages:
+                    raise _RefError(("pins", pname, "packages", pkg),
+                                    f"unknown package {pkg!r} (known: {', '.join(sorted(set(KNOWN) | set(self.packages)))})")
         for name, arch in self.arches.items():
             if name not in ARCHES:
                 raise _RefError(("arches", name), f"unknown arch {name!r} (known: {', '.join(ARCHES)})")
@@ -292,7 +377,8 @@ def key_line(text: str, loc: tuple[Any, ...]) -> int | None:
     """Best-effort line of a key path in TOML text: the key itself, else the deepest
     enclosing table header or dotted key that is a prefix of it."""
     keys = [str(k) for k in loc if not isinstance(k, int)]
-    split = lambda s: [p.strip().strip("\"'") for p in s.split(".")]  # noqa: E731
+    # dotted keys split at dots outside quotes ([pins."v0.5.23".packages.flashinfer])
+    split = lambda s: [p.strip().strip("\"'") for p in re.findall(r'"[^"]*"|\'[^\']*\'|[^.]+', s)]  # noqa: E731
     best, best_len, table = None, 0, []
     for no, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0].strip()

@@ -35,38 +35,41 @@ class SourceTree:
     pristine: bool  # an unmodified upstream tree (gates found accepting = absorbed upstream)
     origin: Path | None = None  # the wheel (pypi) or the git directory (git) the tree came from
     subdir: str | None = None  # git: the package directory inside the repository
+    package_name: str = PACKAGE  # which package (``forgepatch.packages``): sglang, flashinfer, ...
 
 
 # -- PyPI ---------------------------------------------------------------------------------
-def pypi_wheel(version: str) -> Path:
-    """The cached wheel of ``sglang==version``; downloads it once. BadInput if no such release."""
+def pypi_wheel(version: str, dist: str = PACKAGE) -> Path:
+    """The cached wheel of ``DIST==version`` (default sglang); downloads it once. BadInput
+    if no such release."""
     from forgepatch.srcspec import check_version
 
     try:
         check_version(version, "--source")
     except ValueError as exc:
         raise BadInput(str(exc)) from None
-    root = cache_dir("wheels", version)
-    found = sorted(root.glob(f"{PACKAGE}-*.whl"))
+    root = cache_dir("wheels", version) if dist == PACKAGE else cache_dir("wheels", f"{dist}-{version}")
+    prefix = re.sub(r"[-_.]+", "_", dist)
+    found = sorted(root.glob(f"{prefix}-*.whl"))
     if found:
         return found[0]
     from forgepatch import progress
 
-    with tempfile.TemporaryDirectory(dir=root) as tmp, progress.task(f"downloading {PACKAGE}=={version} from PyPI"):
+    with tempfile.TemporaryDirectory(dir=root) as tmp, progress.task(f"downloading {dist}=={version} from PyPI"):
         proc = subprocess.run(
             [sys.executable, "-m", "pip", "download", "--no-deps", "--no-cache-dir", "-q",
-             "--disable-pip-version-check", "-d", tmp, f"{PACKAGE}=={version}"],
+             "--disable-pip-version-check", "-d", tmp, f"{dist}=={version}"],
             capture_output=True, text=True,
         )
-        wheels = sorted(Path(tmp).glob(f"{PACKAGE}-*.whl"))
+        wheels = sorted(Path(tmp).glob(f"{prefix}-*.whl"))
         if proc.returncode != 0 or not wheels:
             shutil.rmtree(tmp, ignore_errors=True)
             if not any(root.iterdir()):
                 root.rmdir()
             if "No matching distribution" in proc.stderr or "Could not find a version" in proc.stderr:
-                raise BadInput(f"--source: {PACKAGE}=={version} does not exist on PyPI")
+                raise BadInput(f"--source: {dist}=={version} does not exist on PyPI")
             last = (proc.stderr.strip().splitlines() or ["no wheel downloaded"])[-1]
-            raise BadInput(f"--source: cannot download {PACKAGE}=={version}: {last}")
+            raise BadInput(f"--source: cannot download {dist}=={version}: {last}")
         dest = root / wheels[0].name
         os.replace(wheels[0], dest)
     return dest
@@ -85,32 +88,37 @@ def wheel_sha256(wheel: Path) -> str:
     return digest.hexdigest()
 
 
-def extract_py(wheel: Path, dest: Path) -> Path:
-    """Extract the ``.py`` files of the wheel's package into ``dest/sglang``; returns it."""
+def extract_py(wheel: Path, dest: Path, import_name: str = PACKAGE) -> Path:
+    """Extract the ``.py`` files of the wheel's package into ``dest/<import_name>``; returns it."""
     from forgepatch import progress
 
     with zipfile.ZipFile(wheel) as zf:
         members = [i for i in zf.infolist()
-                   if i.filename.startswith(f"{PACKAGE}/") and i.filename.endswith(".py") and ".." not in i.filename]
+                   if i.filename.startswith(f"{import_name}/") and i.filename.endswith(".py") and ".." not in i.filename]
         for info in progress.track(members, f"unpacking the .py files of {wheel.name}"):
             target = dest / info.filename
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(zf.read(info))
-    return dest / PACKAGE
+    return dest / import_name
 
 
-def pypi_tree(version: str) -> SourceTree:
-    wheel = pypi_wheel(version)
+def pypi_tree(version: str, package=None) -> SourceTree:
+    """The cached ``.py`` tree of a PyPI release: sglang, or ``package`` (a
+    ``packages.Package``: its distribution and import name)."""
+    dist, import_name, name = (PACKAGE, PACKAGE, PACKAGE) if package is None else (
+        package.dist, package.import_name, package.name)
+    wheel = pypi_wheel(version, dist)
     sha = wheel_sha256(wheel)
-    root = cache_dir("trees", f"{version}-{sha[:16]}")
-    package = root / PACKAGE
+    root = cache_dir("trees", f"{version}-{sha[:16]}" if name == PACKAGE else f"{dist}-{version}-{sha[:16]}")
+    tree = root / import_name
     if not (root / ".complete").exists():
         with tempfile.TemporaryDirectory(dir=root.parent) as tmp:
-            extract_py(wheel, Path(tmp))
-            shutil.rmtree(package, ignore_errors=True)
-            os.replace(Path(tmp) / PACKAGE, package)
+            extract_py(wheel, Path(tmp), import_name)
+            shutil.rmtree(tree, ignore_errors=True)
+            os.replace(Path(tmp) / import_name, tree)
         write_atomic(root / ".complete", sha)
-    return SourceTree(package, f"pypi:{version}", "pypi", version, sha, pristine=True, origin=wheel)
+    label = f"pypi:{version}" if name == PACKAGE else f"pypi:{dist}=={version}"
+    return SourceTree(tree, label, "pypi", version, sha, pristine=True, origin=wheel, package_name=name)
 
 
 # -- git ----------------------------------------------------------------------------------
@@ -174,14 +182,15 @@ def copy_non_py(src: SourceTree, dest: Path) -> int:
 
     dest = Path(dest)
     count = 0
+    top = src.package.name  # the import package's directory in the wheel (sglang/, flashinfer/)
     if src.kind == "pypi" and src.origin is not None:
         with zipfile.ZipFile(src.origin) as zf:
-            members = [i for i in zf.infolist() if i.filename.startswith(f"{PACKAGE}/") and not i.is_dir()
+            members = [i for i in zf.infolist() if i.filename.startswith(f"{top}/") and not i.is_dir()
                        and not i.filename.endswith(".py") and ".." not in i.filename.split("/")]
             with progress.task(f"unpacking {len(members)} non-.py file(s) of {src.origin.name}",
                                total=sum(i.file_size for i in members), unit="bytes") as bar:
                 for info in members:
-                    target = dest / info.filename[len(PACKAGE) + 1:]
+                    target = dest / info.filename[len(top) + 1:]
                     target.parent.mkdir(parents=True, exist_ok=True)
                     with zf.open(info) as fh, open(target, "wb") as out:
                         shutil.copyfileobj(fh, out, 1 << 20)
@@ -210,17 +219,26 @@ def copy_non_py(src: SourceTree, dest: Path) -> int:
 
 
 # -- local directory ----------------------------------------------------------------------
-def dir_tree(path: Path) -> SourceTree:
+def dir_tree(path: Path, matrix=None) -> SourceTree:
+    """A local directory holding a package: sglang first (``sglang/``, ``python/sglang/``,
+    or the directory itself), then each other package the run knows (``flashinfer/``, ...)."""
+    from forgepatch.packages import packages
     from forgepatch.paths import check_path
 
     path = check_path(Path(path), "--source", "dir")
-    for cand in (path / PACKAGE, path / "python" / PACKAGE, path):
-        if cand.name == PACKAGE and (cand / "__init__.py").is_file():
-            from forgepatch.infra.journal import recover_tree
+    known = packages(matrix)
+    for pkg in known.values():
+        imp = pkg.import_name
+        for cand in dict.fromkeys((path / imp, path / pkg.package_dir, path / "python" / imp, path)):
+            if cand.name == imp and (cand / "__init__.py").is_file():
+                from forgepatch.infra.journal import recover_tree
 
-            recover_tree(cand)  # an interrupted --in-place write there is finished (or undone) first
-            return SourceTree(cand.resolve(), f"dir:{path}", "dir", read_version(cand), None, pristine=False)
-    raise BadInput(f"--source: {path} holds no SGLang package (looked for sglang/ and python/sglang/)")
+                recover_tree(cand)  # an interrupted --in-place write there is finished (or undone) first
+                return SourceTree(cand.resolve(), f"dir:{path}", "dir", read_version(cand), None, pristine=False,
+                                  package_name=pkg.name)
+    others = ", ".join(f"{p.import_name}/" for p in known.values() if p.name != PACKAGE)
+    raise BadInput(f"--source: {path} holds no SGLang package (looked for sglang/ and python/sglang/"
+                   + (f"; nor {others}" if others else "") + ")")
 
 
 def read_version(package: Path) -> str | None:
@@ -264,6 +282,8 @@ def resolve_source(src: str | None, matrix=None) -> SourceTree:
     from forgepatch.srcspec import parse_source
 
     src = source_spec(src, matrix)
+    if src.startswith("pypi:") and "==" in src:
+        return _package_pypi(src, matrix)
     try:
         kind, where, rev = parse_source(src, "--source")
     except ValueError as exc:
@@ -276,7 +296,25 @@ def resolve_source(src: str | None, matrix=None) -> SourceTree:
     check_path(Path(src), "--source", "any")  # too long, a loop, a dangling link: one line each
     if not Path(src).exists():
         raise BadInput(_not_a_source(src, matrix))
-    return dir_tree(Path(src))
+    return dir_tree(Path(src), matrix)
+
+
+def _package_pypi(src: str, matrix) -> SourceTree:
+    """``pypi:DIST==VERSION``: a release of any package the run knows (its PyPI name)."""
+    from forgepatch.packages import by_dist, packages
+    from forgepatch.srcspec import check_version
+
+    dist, _, version = src[5:].partition("==")
+    pkg = by_dist(dist, matrix)
+    if pkg is None:
+        known = ", ".join(p.dist for p in packages(matrix).values())
+        raise BadInput(f"--source: {src[:80]!r}: no package has the PyPI name {dist[:60]!r} (known: {known}; "
+                       f"add [packages.NAME] pypi = \"{dist[:60]}\" to matrix.toml)")
+    try:
+        check_version(version, f"--source pypi:{dist}==")
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+    return pypi_tree(version, pkg)
 
 
 def _not_a_source(src: str, matrix) -> str:

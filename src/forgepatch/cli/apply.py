@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -11,7 +11,8 @@ from forgepatch.cli._options import arch_option, pin_option, source_option, sour
 from forgepatch.cli._state import STATE, console, print_json
 
 _STYLE = {"applied": "green", "already-applied": "cyan", "absorbed-upstream": "blue", "ignored": "yellow",
-          "not-applicable": "dim", "incomplete": "bold red", "drift": "bold red"}
+          "not-applicable": "dim", "incomplete": "bold red", "drift": "bold red",
+          "review": "bold red"}
 # When nothing is written (--check, --diff, or a failed run) no edit "was applied": say what
 # the run would do instead. The word "applied" appears only when files were written.
 _UNWRITTEN = {"applied": "would apply", "already-applied": "already patched"}
@@ -51,7 +52,10 @@ def _render(run, stderr: bool = False) -> None:
                     where, detail = "", s.detail
                 else:
                     where = f"{loc.file}:{loc.line}" if loc.line else f"{loc.file}"
-                    where += f" {loc.symbol}" if loc.symbol and loc.symbol != "<module>" else " (module level)"
+                    if loc.symbol and loc.symbol != "<module>":
+                        where += f" {loc.symbol}"
+                    elif loc.symbol or (loc.file or "").endswith(".py"):
+                        where += " (module level)"  # (a text patch's or an added file's place has no symbol)
                     detail = (f"`{loc.gate}` " if loc.gate else "") + loc.detail
                 name = s.site if i == 0 else ""
                 con.print(f"  {name:<22} [{_STYLE.get(status, '')}]{_label(status, written):<17}[/] "
@@ -136,6 +140,8 @@ def _failure_message(res) -> str:
             for loc in s.locations:
                 if loc.status is Status.DRIFT:
                     parts.append(f"patch {p.patch_id}: site {s.site} drifted: {loc}")
+                elif loc.status is Status.REVIEW:
+                    parts.append(f"patch {p.patch_id}: site {s.site} needs review: {loc.file}: {loc.detail}")
                 elif loc.status is Status.INCOMPLETE:
                     gate = f"`{loc.gate}` " if loc.gate else ""
                     detail = loc.detail.replace(f"; {INCOMPLETE_HINT}", "")
@@ -145,11 +151,44 @@ def _failure_message(res) -> str:
     return " | ".join(parts)
 
 
+def _render_many(runs, arch: str, as_json: bool, diff: bool, check: bool, missing: list[str]) -> None:
+    """A multi-package run: one block per package (its own patchset), then one verdict."""
+    from forgepatch.errors import Failure
+    from forgepatch.patching.model import Status
+
+    drift = [r for r in runs if r.result.drift]
+    if as_json:
+        worst = Status.worst([p.status for r in runs for p in r.result.patches])
+        status = worst.value if worst.failed else ("changed" if any(r.result.changed for r in runs) else "unchanged")
+        print_json({"arch": arch, "status": status, "packages": [r.to_json() for r in runs], "not_run": missing})
+    else:
+        for r in runs:
+            _render(r, stderr=diff)
+        if diff:
+            typer.echo(b"".join(r.diff for r in runs), nl=False)
+        con = console(stderr=diff)
+        for pkg in missing:
+            con.print(f"note: the {arch} series also patches {pkg}: not run (no --source for it, no pin of it)")
+        for r in runs:
+            if r.written:
+                con.print(f"wrote {_shown(r.written)}: {len(r.result.changed)} file(s) changed ({r.source.package_name})")
+        if check and not drift:
+            n = sum(len(r.result.changed) for r in runs)
+            con.print(f"would change {n} file(s)" if n else "already patched")
+    if drift:
+        raise Failure(" | ".join(f"{r.source.package_name}: {_failure_message(r.result)}" for r in drift)
+                      + " (nothing written, in any package)")
+    if check and any(not r.result.in_patched_state for r in runs):
+        raise typer.Exit(1)
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def apply(
         arch: str = arch_option(),
-        source: Optional[str] = source_option(),
+        source: Optional[List[str]] = typer.Option(None, "--source", metavar="SRC", help=
+            "pypi:VERSION | pypi:DIST==VERSION (pypi:flashinfer-python==0.7.2) | git:PATH_OR_URL@REV | DIR | a pin "
+            "name; repeat it for each package the series patches (one apply run over all of them)"),
         pin: Optional[str] = pin_option(),
         out: Optional[Path] = typer.Option(None, "--out", help="Write the patched package (complete: every file of the source) as DIR/sglang/... (default forgepatch-out/ARCH)."),
         in_place: bool = typer.Option(False, "--in-place", help="Patch a local directory source in place."),
@@ -169,9 +208,18 @@ def register(app: typer.Typer) -> None:
         if force and (in_place or check or diff):
             raise BadInput("--force only applies to --out")
         matrix = STATE.matrix()
-        source = source_or_pin(source, pin, matrix)
         if out is None and not in_place and not check and not diff:
             out = Path("forgepatch-out") / arch
+        from forgepatch.patching.service import apply_many, not_run, series_sources
+
+        sources = series_sources(arch, source, pin, matrix, STATE.patches())
+        if len(sources) > 1:
+            runs = apply_many(arch, sources, out, matrix, STATE.patches(), in_place=in_place, check=check,
+                              diff=diff, force=force)
+            _render_many(runs, arch, as_json, diff, check,
+                         not_run(arch, matrix, STATE.patches(), [r.source.package_name for r in runs]))
+            return
+        source = sources[0]
         run = apply_arch(arch, source, out, matrix, STATE.patches(), in_place=in_place, check=check, diff=diff,
                          force=force)
         if as_json:
@@ -197,7 +245,8 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def lint(
         arch: str = arch_option(),
-        source: Optional[str] = source_option(),
+        source: Optional[List[str]] = typer.Option(
+            None, "--source", metavar="SRC", help="As for apply; repeat it for each package the series patches."),
         pin: Optional[str] = pin_option(),
         as_json: bool = typer.Option(False, "--json", help="Print findings as JSON."),
     ) -> None:
@@ -206,30 +255,40 @@ def register(app: typer.Typer) -> None:
 
         from forgepatch.errors import Failure
         from forgepatch.patching.model import Status
-        from forgepatch.patching.service import lint_arch
+        from forgepatch.patching.service import lint_arch, series_sources
 
         matrix = STATE.matrix()
-        result, src, found = lint_arch(arch, source_or_pin(source, pin, matrix), matrix, STATE.patches())
-        findings = [(pid, loc) for pid, loc in found if loc.status is Status.INCOMPLETE]
-        ignored = [(pid, loc) for pid, loc in found if loc.status is Status.IGNORED]
+        sources = series_sources(arch, source, pin, matrix, STATE.patches())
+        runs = [lint_arch(arch, one, matrix, STATE.patches()) for one in sources]  # one per package
 
         def doc(pid, loc):
             reason, _, rest = loc.detail.partition("; ")
             return {"patch": pid, "file": loc.file, "line": loc.line, "function": loc.symbol, "gate": loc.gate,
                     "reason": reason, **({"ignored": rest.removeprefix("ignored: ")} if loc.status is Status.IGNORED else {})}
 
+        docs, total = [], 0
+        for result, src, found in runs:
+            findings = [(pid, loc) for pid, loc in found if loc.status is Status.INCOMPLETE]
+            ignored = [(pid, loc) for pid, loc in found if loc.status is Status.IGNORED]
+            total += len(findings)
+            docs.append({"arch": arch, "source": src.label, "version": result.version,
+                         "findings": [doc(*f) for f in findings], "ignored": [doc(*f) for f in ignored]})
+            if len(runs) > 1:
+                docs[-1]["package"] = src.package_name
+            if not as_json:
+                con = console()
+                for _pid, loc in findings:
+                    con.print(f"[red]{escape(str(loc))}[/]", soft_wrap=True)
+                for pid, loc in ignored:
+                    con.print(f"[yellow]ignored by {pid}:[/] {escape(str(loc))}", soft_wrap=True)
+                con.print(f"{len(findings)} gate(s) still reject {arch} ({src.label})"
+                          + (f"; {len(ignored)} declared exception(s)" if ignored else ""))
         if as_json:
-            print_json({"arch": arch, "source": src.label, "version": result.version,
-                        "findings": [doc(*f) for f in findings], "ignored": [doc(*f) for f in ignored]})
-        else:
-            con = console()
-            for _pid, loc in findings:
-                con.print(f"[red]{escape(str(loc))}[/]", soft_wrap=True)
-            for pid, loc in ignored:
-                con.print(f"[yellow]ignored by {pid}:[/] {escape(str(loc))}", soft_wrap=True)
-            con.print(f"{len(findings)} gate(s) still reject {arch} ({src.label})"
-                      + (f"; {len(ignored)} declared exception(s)" if ignored else ""))
-        if any(p.status is Status.DRIFT for p in result.patches):
-            raise Failure(_failure_message(result))
-        if findings:
+            print_json(docs[0] if len(docs) == 1 else {"arch": arch, "packages": docs})
+        failed = [(result, src) for result, src, _ in runs
+                  if any(p.status is Status.DRIFT or p.status.value == "review" for p in result.patches)]
+        if failed:
+            raise Failure(" | ".join((f"{src.package_name}: " if len(runs) > 1 else "") + _failure_message(result)
+                                     for result, src in failed))
+        if total:
             raise typer.Exit(1)

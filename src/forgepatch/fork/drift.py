@@ -208,7 +208,10 @@ class _Engine:
         from forgepatch.patching.series import load_series, run_series
 
         self._run = run_series
-        self.series = load_series(matrix, arch, patches_dir)
+        from forgepatch.patching.series import for_package
+
+        # drift scans the sglang repository's revisions: the sglang part of the series
+        self.series = for_package(load_series(matrix, arch, patches_dir), "sglang", matrix)
         self.patchset = self.series.hash
 
     def run(self, tree, version, cache):

@@ -130,7 +130,10 @@ def fork(
 
         from forgepatch.patching.series import load_series
 
-        series = load_series(matrix, arch, patches_dir)
+        from forgepatch.patching.series import for_package
+
+        # the fork branch is of the sglang repository: the sglang part of the series
+        series = for_package(load_series(matrix, arch, patches_dir), "sglang", matrix)
         patchset = series.hash
         from forgepatch import progress
 

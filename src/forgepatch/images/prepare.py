@@ -121,7 +121,9 @@ def prepare(target: Target, matrix, patches_dir: Path, context_dir: Path | None 
         raise Failure(f"the patch engine is not available in this build of forgepatch: {exc}") from exc
     from forgepatch.sources import resolve_source
 
-    series = load_series(matrix, target.arch, patches_dir)
+    from forgepatch.patching.series import sglang_only
+
+    series = sglang_only(load_series(matrix, target.arch, patches_dir), "build")
     tree = resolve_source(target.source, matrix)
     upstream = Upstream.of_source(tree)
     check_source_is_pin(target, upstream, tree.label)

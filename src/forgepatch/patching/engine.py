@@ -213,6 +213,10 @@ def _run_patch(patch: Patch, arch: Arch, version: str | None, overlay: _Overlay,
         why = f": {patch.applies_to_reason}" if patch.applies_to_reason else ""
         return _not_applicable(patch, f"version {version} not in {patch.applies_to}{why}"), []
     live = [s for s in patch.sites if patch.site_applies(s, version)]
+    if getattr(patch.codemod, "file_patch", False):  # major-list, text, add-files (``filepatch``)
+        from forgepatch.patching.filepatch import run_file_patch
+
+        return run_file_patch(patch, arch, version, overlay, pristine, result, live), []
     skipped = {s.name: SiteResult(s.name, Status.NOT_APPLICABLE, detail=f"version {version} not in {s.applies_to}"
                                   + (f": {s.applies_to_reason}" if s.applies_to_reason else ""))
                for s in patch.sites if s not in live}

@@ -24,10 +24,11 @@ class Status(str, Enum):
     NOT_APPLICABLE = "not-applicable"  # a semantic applies_to excludes the version, or an optional site is absent
     INCOMPLETE = "incomplete"  # patched, but a gate of the feature still rejects the arch
     DRIFT = "drift"  # a required site was not found (or is ambiguous)
+    REVIEW = "review"  # the patch's edit set is not one its lock accepts for this arch (editlock)
 
     @classmethod
     def worst(cls, statuses: list["Status"]) -> "Status":
-        order = [cls.DRIFT, cls.INCOMPLETE, cls.APPLIED, cls.ALREADY, cls.ABSORBED, cls.IGNORED,
+        order = [cls.DRIFT, cls.INCOMPLETE, cls.REVIEW, cls.APPLIED, cls.ALREADY, cls.ABSORBED, cls.IGNORED,
                  cls.NOT_APPLICABLE]
         for s in order:
             if s in statuses:
@@ -41,7 +42,7 @@ class Status(str, Enum):
 
 
 # Status values that fail a run (exit 1, nothing written, no branch moved, no image built).
-FAILED = ("drift", "incomplete")
+FAILED = ("drift", "incomplete", "review")
 
 
 @dataclass
@@ -141,8 +142,10 @@ class ApplyResult:
         return {rel: self.encode(rel, text) for rel, text in self.changed.items()}
 
     def original_bytes(self) -> dict[str, bytes]:
-        """rel path -> the original bytes of every changed file (for a byte-exact diff)."""
-        return {rel: self.encode(rel, self.originals[rel]) for rel in self.changed}
+        """rel path -> the original bytes of every changed file (for a byte-exact diff); a
+        file the series adds has none (absent from the dict)."""
+        return {rel: self.encode(rel, self.originals[rel]) for rel in self.changed
+                if self.originals.get(rel) is not None}
 
     @property
     def drift(self) -> bool:

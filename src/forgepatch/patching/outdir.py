@@ -34,9 +34,11 @@ class OutDir:
     existed: bool  # DIR existed and was not empty
 
 
-def check(out: Path, force: bool = False) -> OutDir:
-    """Raise BadInput unless forgepatch may write ``out`` (see the module doc); writes nothing."""
+def check(out: Path, force: bool = False, name: str = PACKAGE) -> OutDir:
+    """Raise BadInput unless forgepatch may write ``out`` (see the module doc; ``name``: the
+    package directory, ``sglang`` or another package's import name); writes nothing."""
     out = Path(out)
+    PACKAGE = name  # noqa: N806 - the package directory this check is about
     if out.exists() and not out.is_dir():
         raise BadInput(f"--out: {out} exists and is not a directory")
     entries = sorted(p.name for p in out.iterdir()) if out.is_dir() else []

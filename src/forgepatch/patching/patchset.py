@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +86,8 @@ class Patch:
     hash: str = ""
     codemod_line: int | None = None  # a .py patch: the line defining Codemod
     origin: str = ""  # where the library found it: shipped, user, user (overrides shipped)
+    package: str = "sglang"  # the package it patches (``forgepatch.packages``)
+    file_sites: dict[str, Any] = field(default_factory=dict)  # a file kind's parsed sites (``filepatch``)
 
     @property
     def covers_gates(self) -> bool:
@@ -125,7 +127,16 @@ _SITE_KEYS = {"name", "functions", "modules", "markers", "required", "applies_to
 _IGNORE_KEYS = {"function", "module", "gate", "reason"}
 _EXAMPLE_KEYS = {"before", "after", "arch", "path", "context", "upstream", "name", "fallback"}
 _PATCH_KEYS = {"id", "summary", "arches", "sites", "applies_to", "applies_to_reason", "ignore", "examples",
-               "codemod"}
+               "codemod", "package"}
+
+
+def package_of(data: dict[str, Any]) -> str:
+    """A patch's ``package`` (default sglang): a package name (checked against the matrix
+    when the series loads, ``series.check_packages``)."""
+    value = data.get("package", "sglang")
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", value):
+        raise ValueError(f"package: {_shown(value)} is not a package name (e.g. \"flashinfer\")")
+    return value
 
 
 def _check_spec(spec: Any, where: str) -> str | None:
@@ -303,7 +314,7 @@ def build_patch(data: dict[str, Any], codemod: Any, path: Path | None = None) ->
         id=pid, summary=summary, arches=arches, sites=tuple(sites), codemod=codemod,
         applies_to=_check_spec(data.get("applies_to"), "applies_to"),
         applies_to_reason=_str(data.get("applies_to_reason", ""), "applies_to_reason"),
-        ignore=tuple(ignore), examples=tuple(examples), path=path,
+        ignore=tuple(ignore), examples=tuple(examples), path=path, package=package_of(data),
     )
 
 
@@ -320,6 +331,10 @@ def _toml_patch(path: Path, raw: bytes) -> Patch:
     data = parse_toml(path, text)
     try:
         name = data.get("codemod", "arch-gate")
+        from forgepatch.patching import filepatch
+
+        if name in filepatch.KINDS:
+            return filepatch.build(data, name, path, raw)
         codemod = declarative_codemod(_str(name, "codemod"))
         return build_patch(data, codemod, path)
     except ValueError as exc:
@@ -421,7 +436,7 @@ def load_patch(path: Path) -> Patch:
     except OSError as exc:
         raise BadInput(f"{path}: cannot read patch: {exc.strerror}") from None
     patch = _toml_patch(path, raw) if path.suffix == ".toml" else _py_patch(path, raw)
-    patch.hash = hashlib.sha256(raw).hexdigest()
+    patch.hash = patch.hash or hashlib.sha256(raw).hexdigest()  # a file kind's covers its files
     return patch
 
 

@@ -62,6 +62,45 @@ def _undeclared(matrix: Any, arch: str, patch: Patch) -> str:
                    f"patch's arches or remove it from this list")
 
 
+def for_package(series: Series, package: str, matrix: Any = None) -> Series:
+    """The part of ``series`` for ``package`` (each patch declares one, default sglang).
+
+    A patch for a package the run does not know is a config error naming the patch file;
+    a package the series has no patch for is refused (nothing to patch: a wrong --source)."""
+    from forgepatch.errors import located
+    from forgepatch.packages import names
+
+    known = names(matrix)
+    for patch in series.patches:
+        if patch.package not in known:
+            raise BadInput(located(patch.path or patch.id, None,
+                                   f"package: unknown package {patch.package!r} (known: {', '.join(known)}; "
+                                   f"declare it as [packages.{patch.package}] in matrix.toml)"))
+    mine = tuple(p for p in series.patches if p.package == package)
+    if not mine and package != "sglang":
+        has = sorted({p.package for p in series.patches})
+        raise BadInput(f"--source: the {series.arch.name} series has no patch for {package} "
+                       f"(its patches are for {', '.join(has) or 'nothing'})")
+    return Series(series.arch, mine)
+
+
+def sglang_only(series: Series, what: str) -> Series:
+    """``series`` for a stage that carries SGLang alone so far (``build``, the smoke local
+    tree): a series that patches another package too is refused (exit 2), never built or
+    smoked without that package's patches."""
+    others = [p for p in series.patches if p.package != "sglang"]
+    if others:
+        raise BadInput(f"{what}: the {series.arch.name} series patches {others[0].package} too "
+                       f"(patch {others[0].id}); {what} carries the sglang package only so far: "
+                       f"use `forgepatch apply --out DIR` for every package")
+    return series
+
+
+def packages_of(series: Series) -> list[str]:
+    """The packages ``series`` patches, in the order their first patch appears."""
+    return list(dict.fromkeys(p.package for p in series.patches))
+
+
 def run_series(series: Series, tree: Tree, version: str | None, *,
                cache: MutableMapping[str, Any] | None = None, pristine: bool | None = None) -> ApplyResult:
     """Run ``series`` on ``tree`` (upstream ``version``) in memory; nothing is written.

@@ -24,6 +24,7 @@ class ApplyRun:
         doc["source"] = self.source.label
         doc["upstream_revision"] = self.source.revision
         doc["written"] = str(self.written) if self.written else None
+        doc["package"] = getattr(self.source, "package_name", "sglang")
         if "files_written" in self.extra:
             doc["files_written"] = self.extra["files_written"]
         return doc
@@ -31,15 +32,16 @@ class ApplyRun:
 
 def run_arch(arch: str, source: str | None, matrix, patches_dir: Path, src=None):
     """Resolve the source (unless given) and run the arch's patch series in memory."""
-    from forgepatch.patching.series import load_series, run_series
-    from forgepatch.patching.trees import DirTree
+    from forgepatch.patching.fulltree import PackageTree
+    from forgepatch.patching.series import for_package, load_series, run_series
     from forgepatch.sources import resolve_source
 
     from forgepatch import progress
 
     series = load_series(matrix, arch, patches_dir)
     src = resolve_source(source, matrix) if src is None else src
-    tree = DirTree(src.package, pristine=src.pristine)
+    series = for_package(series, src.package_name, matrix)  # this source's package's part of the series
+    tree = PackageTree(src.package, pristine=src.pristine, wheel=src.origin if src.kind == "pypi" else None)
     with progress.task(f"patching {src.label} for {series.arch.name} ({len(tree.paths())} files)"):
         result = run_series(series, tree, src.version)
     return result, src, tree, list(series.patches)
@@ -71,12 +73,13 @@ def apply_arch(arch: str, source: str | None, out: Path | None, matrix, patches_
     from forgepatch.patching.writer import unified_diff, write_in_place, write_out
     from forgepatch.sources import resolve_source
 
+    src = resolve_source(source, matrix)
+    out, name = out_for(out, src, matrix)
     if out is not None and not (check or diff or in_place):
         from forgepatch.patching.writer import recover_out
 
-        recover_out(out)  # a killed --out run's copy is finished or undone first
-        outdir.check(out, force)
-    src = resolve_source(source, matrix)
+        recover_out(out, name)  # a killed --out run's copy is finished or undone first
+        outdir.check(out, force, name)
     if in_place and src.kind != "dir":
         raise BadInput("--in-place: only a local directory source can be patched in place")
     write = in_place and not check
@@ -84,7 +87,7 @@ def apply_arch(arch: str, source: str | None, out: Path | None, matrix, patches_
         result, src, _tree, _patches = run_arch(arch, source, matrix, patches_dir, src=src)
         run = ApplyRun(result, src)
         if diff:
-            run.diff = unified_diff(result.original_bytes(), result.changed_bytes())
+            run.diff = unified_diff(result.original_bytes(), result.changed_bytes(), prefix=src.package.name)
         if check or result.drift:
             return run  # drift: nothing is written
         if in_place:
@@ -93,14 +96,116 @@ def apply_arch(arch: str, source: str | None, out: Path | None, matrix, patches_
         elif out is not None:
             from forgepatch.sources import copy_non_py
 
-            outdir.check(out, force)  # again: the directory may have changed while the series ran
+            outdir.check(out, force, name)  # again: the directory may have changed while the series ran
             meta = {"arch": result.arch, "source": src.label, "version": result.version,
                     "patchset": result.patchset_hash, "changed": sorted(result.changed)}
             # the copy and its record are swapped in together (crash-safe: writer.write_out)
             run.written = write_out(src.package, result.changed_bytes(), out, fill=lambda tree: copy_non_py(src, tree),
-                                    marker=lambda tree: outdir.record_data(tree, meta))
+                                    marker=lambda tree: outdir.record_data(tree, meta), name=name)
             run.extra["files_written"] = outdir.recorded(out)
     return run
+
+
+def series_sources(arch: str, sources: list[str] | None, pin: str | None, matrix, patches_dir) -> list[str | None]:
+    """The sources one ``apply``/``lint`` runs on: the ``--source`` flags as given (one per
+    package); else the pin (``--pin``, default the default pin) and, for each other package
+    the arch's series patches, the pin's ``[pins.NAME.packages.PKG]`` version of it."""
+    from forgepatch.cli._options import source_or_pin
+
+    if sources:
+        if pin is not None:
+            raise BadInput("--pin and --source are exclusive: --pin NAME means the pin's source")
+        return list(sources)
+    base = source_or_pin(None, pin, matrix)
+    if matrix is None:
+        return [base]
+    from forgepatch.packages import get
+    from forgepatch.patching.series import load_series, packages_of
+
+    name, pinned = matrix.pin(pin)
+    wanted = [p for p in packages_of(load_series(matrix, arch, patches_dir)) if p != "sglang"]
+    extra = []
+    for pkg in wanted:
+        pp = pinned.packages.get(pkg)
+        if pp is not None:
+            info = get(pkg, matrix)
+            extra.append(pp.source(info.dist, info.repo))
+    return [base] + extra
+
+
+def not_run(arch: str, matrix, patches_dir, ran: list[str]) -> list[str]:
+    """Packages the arch's series patches that this run had no source for."""
+    from forgepatch.patching.series import load_series, packages_of
+
+    return [p for p in packages_of(load_series(matrix, arch, patches_dir)) if p not in ran]
+
+
+def out_for(out: Path | None, src, matrix) -> tuple[Path | None, str]:
+    """Where ``--out DIR`` puts a source's package: ``DIR/sglang`` for SGLang, and
+    ``DIR/<dist>/<import>`` for another package (``DIR/flashinfer-python/flashinfer``: its own
+    output directory and record; put ``DIR/<dist>`` on PYTHONPATH next to ``DIR``)."""
+    name = getattr(src, "package_name", "sglang")
+    if name == "sglang" or out is None:
+        return out, "sglang"
+    from forgepatch.packages import get
+
+    pkg = get(name, matrix)
+    return Path(out) / pkg.dist, pkg.import_name
+
+
+def apply_many(arch: str, sources: list[str], out: Path | None, matrix, patches_dir: Path, in_place: bool = False,
+               check: bool = False, diff: bool = False, force: bool = False) -> list[ApplyRun]:
+    """One ``apply`` over several packages (one source each): every package's part of the
+    series runs in memory first; only when none drifts is anything written (each package
+    crash-safely, like a single-package run). A package named twice is refused."""
+    from contextlib import ExitStack
+
+    from forgepatch.patching import outdir
+    from forgepatch.patching.writer import recover_out, unified_diff, write_in_place, write_out
+    from forgepatch.sources import copy_non_py, resolve_source
+
+    srcs = [resolve_source(s, matrix) for s in sources]
+    seen: dict[str, str] = {}
+    for spec, src in zip(sources, srcs):
+        if src.package_name in seen:
+            raise BadInput(f"--source: {spec!r} and {seen[src.package_name]!r} are both {src.package_name}: "
+                           f"one source per package")
+        seen[src.package_name] = spec
+        if in_place and src.kind != "dir":
+            raise BadInput(f"--in-place: {spec!r}: only a local directory source can be patched in place")
+    targets = [out_for(out, src, matrix) for src in srcs]
+    if out is not None and not (check or diff or in_place):
+        for where, name in targets:
+            recover_out(where, name)
+            outdir.check(where, force, name)
+    write = in_place and not check
+    runs = []
+    with ExitStack() as stack:
+        for src in srcs:
+            stack.enter_context(_tree_lock(src, "apply --in-place" if write else "apply", write=write))
+        for src in srcs:
+            result, _src, _tree, _patches = run_arch(arch, None, matrix, patches_dir, src=src)
+            run = ApplyRun(result, src)
+            if diff:
+                run.diff = unified_diff(result.original_bytes(), result.changed_bytes(), prefix=src.package.name)
+            runs.append(run)
+        if check or any(r.result.drift for r in runs):
+            return runs  # one package drifts: no package is written
+        for run, (where, name) in zip(runs, targets):
+            src, result = run.source, run.result
+            if in_place:
+                write_in_place(src.package, result.changed_bytes())
+                run.written = src.package
+            elif where is not None:
+                outdir.check(where, force, name)
+                meta = {"arch": result.arch, "source": src.label, "version": result.version,
+                        "patchset": result.patchset_hash, "changed": sorted(result.changed),
+                        "package": src.package_name}
+                run.written = write_out(src.package, result.changed_bytes(), where,
+                                        fill=lambda tree, s=src: copy_non_py(s, tree),
+                                        marker=lambda tree, m=meta: outdir.record_data(tree, m), name=name)
+                run.extra["files_written"] = outdir.recorded(where)
+    return runs
 
 
 def lint_arch(arch: str, source: str | None, matrix, patches_dir: Path):

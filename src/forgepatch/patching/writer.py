@@ -17,9 +17,10 @@ def unified_diff(originals: dict[str, bytes], changed: dict[str, bytes], prefix:
     with ``patch``/``git apply`` and shows every byte that changes."""
     out: list[bytes] = []
     for rel in sorted(changed):
+        old = originals.get(rel)  # None: a file the series adds (``--- /dev/null``)
         out += difflib.diff_bytes(
-            difflib.unified_diff, originals[rel].splitlines(keepends=True), changed[rel].splitlines(keepends=True),
-            fromfile=f"a/{prefix}/{rel}".encode(), tofile=f"b/{prefix}/{rel}".encode(),
+            difflib.unified_diff, (old or b"").splitlines(keepends=True), changed[rel].splitlines(keepends=True),
+            fromfile=b"/dev/null" if old is None else f"a/{prefix}/{rel}".encode(), tofile=f"b/{prefix}/{rel}".encode(),
         )
         if out and not out[-1].endswith((b"\n", b"\r")):
             out[-1] += b"\n\\ No newline at end of file\n"
@@ -38,7 +39,8 @@ def write_in_place(package: Path, changed: dict[str, bytes]) -> None:
 STAGING_PREFIX, STAGING_SUFFIX = ".sglang.", ".forgepatch"
 
 
-def write_out(package: Path, changed: dict[str, bytes], out_dir: Path, fill=None, marker=None) -> Path:
+def write_out(package: Path, changed: dict[str, bytes], out_dir: Path, fill=None, marker=None,
+              name: str = "sglang") -> Path:
     """Write a patched copy as ``out_dir/sglang``, built beside it and renamed into place;
     ``fill(tree)`` adds files the source tree lacks (a wheel's non-``.py`` files) first, and
     ``marker(tree)`` gives the record (``outdir.MARKER``) written with it.
@@ -60,7 +62,7 @@ def write_out(package: Path, changed: dict[str, bytes], out_dir: Path, fill=None
         dest_parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise BadInput(f"--out: cannot write to {out_dir}: {exc.strerror}") from None
-    final = dest_parent / "sglang"
+    final = dest_parent / name  # the import package's directory (sglang, flashinfer)
     with open_tree(dest_parent, "apply --out", write=True):
         for left in sorted(dest_parent.glob(f"{STAGING_PREFIX}*{STAGING_SUFFIX}")):
             notify(_recover_out(left, final, dest_parent / MARKER))
@@ -69,7 +71,7 @@ def write_out(package: Path, changed: dict[str, bytes], out_dir: Path, fill=None
         except OSError as exc:
             raise BadInput(f"--out: cannot write to {out_dir}: {exc.strerror}") from None
         try:
-            tree = staging / "sglang"
+            tree = staging / "sglang"  # the staged copy (named so whatever the package)
             shutil.copytree(src, tree, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", STATE_DIR))
             if fill is not None:
                 fill(tree)
@@ -95,7 +97,7 @@ def write_out(package: Path, changed: dict[str, bytes], out_dir: Path, fill=None
     return final
 
 
-def recover_out(out_dir: Path) -> None:
+def recover_out(out_dir: Path, name: str = "sglang") -> None:
     """Finish or undo a killed ``--out`` run's write into ``out_dir`` (before anything looks
     at what is there)."""
     from forgepatch.infra.journal import notify, open_tree
@@ -106,7 +108,7 @@ def recover_out(out_dir: Path) -> None:
         return
     with open_tree(dest, "apply --out", write=True):
         for left in sorted(dest.glob(f"{STAGING_PREFIX}*{STAGING_SUFFIX}")):
-            notify(_recover_out(left, dest / "sglang", dest / MARKER))
+            notify(_recover_out(left, dest / name, dest / MARKER))
 
 
 def _recover_out(staging: Path, final: Path, marker: Path) -> str:

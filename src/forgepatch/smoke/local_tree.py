@@ -111,7 +111,9 @@ def prepare(matrix, patches, arch: str, pin: str) -> LocalTree:
     from forgepatch.sources import resolve_source
 
     pin_name, pin_cfg = matrix.pin(pin)
-    series = load_series(matrix, arch, patches)
+    from forgepatch.patching.series import sglang_only
+
+    series = sglang_only(load_series(matrix, arch, patches), "smoke --runner local")
     source = resolve_source(pin_cfg.source, matrix)
     root = cache_dir("smoke", "local-trees") / f"{arch}-{pin_name}-{_key(source, series.hash)}"
     done = root / ".complete"

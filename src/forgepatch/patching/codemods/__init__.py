@@ -9,4 +9,4 @@ def declarative_codemod(name: str):
         from forgepatch.patching.codemods.arch_gate import ArchGateCodemod
 
         return ArchGateCodemod
-    raise ValueError(f"codemod: unknown declarative codemod {name!r} (known: arch-gate)")
+    raise ValueError(f"codemod: unknown declarative codemod {name!r} (known: arch-gate, major-list, text, add-files)")
