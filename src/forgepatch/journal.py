@@ -57,8 +57,30 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def lock_timeout() -> float:
-    return envsettings.seconds("FORGEPATCH_LOCK_TIMEOUT", DEFAULT_TIMEOUT, allow_zero=True)
+def lock_timeout(default: float = DEFAULT_TIMEOUT) -> float:
+    return envsettings.seconds("FORGEPATCH_LOCK_TIMEOUT", default, allow_zero=True)
+
+
+@contextmanager
+def uninterrupted() -> Iterator[None]:
+    """Hold off SIGINT/SIGTERM/SIGHUP (Ctrl-C, a stop) while a few renames run: a signal that
+    arrives meanwhile is delivered when they are done. Clean-up code run by an interrupt can
+    then never see (and delete) a half-swapped state; a SIGKILL is left to the journal."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+WAIT_NOTICE_AFTER = 1.0  # seconds a lock is waited for before saying so (once)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -95,8 +117,21 @@ class TreeLock:
         self.exclusive = False
 
     def _open(self) -> int:
-        self.state.mkdir(exist_ok=True)
-        return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        made = False
+        try:
+            self.state.mkdir()
+            made = True
+        except FileExistsError:
+            pass
+        try:
+            return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            if made:  # e.g. a full disk: no empty state directory left behind
+                try:
+                    self.state.rmdir()
+                except OSError:
+                    pass
+            raise
 
     def _same_file(self, fd: int) -> bool:
         try:
@@ -115,7 +150,9 @@ class TreeLock:
 
     def acquire(self, exclusive: bool, timeout: float | None = None) -> None:
         timeout = lock_timeout() if timeout is None else timeout
-        deadline = time.monotonic() + timeout
+        start = time.monotonic()
+        deadline = start + timeout
+        told = False
         op = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
         while True:
             try:
@@ -137,14 +174,21 @@ class TreeLock:
                     os.close(fd)
                     raise Failure(f"{self.root} is locked by {holder}; waited {timeout:g} s "
                                   f"(FORGEPATCH_LOCK_TIMEOUT) for {self.what}; try again when it has finished")
+                if not told and time.monotonic() - start >= WAIT_NOTICE_AFTER:
+                    told = True
+                    notify(f"{self.root} is locked by {self.holder()}; waiting up to {timeout:g} s "
+                           f"(FORGEPATCH_LOCK_TIMEOUT) for {self.what}")
                 time.sleep(0.05)
             if self._same_file(fd):
                 break
             os.close(fd)  # the previous holder removed the file while we waited: take the new one
         self.fd, self.exclusive = fd, exclusive
         if exclusive:
-            os.ftruncate(fd, 0)
-            os.write(fd, f"pid {os.getpid()} ({self.what})\n".encode())
+            try:
+                os.ftruncate(fd, 0)
+                os.write(fd, f"pid {os.getpid()} ({self.what})\n".encode())
+            except OSError:
+                pass  # a full disk: the holder's name is a courtesy, the flock is the lock
 
     def release(self) -> None:
         if self.fd is None:
@@ -178,6 +222,61 @@ class TreeLock:
             self.state.rmdir()
         except OSError:
             pass  # not empty: a journal this run could not complete stays for the next one
+
+
+def lock_file_for(path: Path) -> Path:
+    """Where the lock of a shared file lives: the user cache dir, keyed by the file's
+    resolved path (never beside the file: a ledger directory is committed to git)."""
+    from forgepatch.paths import cache_dir
+
+    key = sha256(str(Path(path).resolve()).encode())[:32]
+    return cache_dir("locks") / f"{key}.lock"
+
+
+@contextmanager
+def path_lock(path: Path, what: str, timeout: float | None = None) -> Iterator[None]:
+    """Hold an exclusive lock on the shared file ``path`` for a read-modify-write (the
+    ledger): concurrent runs wait their turn (saying so after a second), up to
+    ``FORGEPATCH_LOCK_TIMEOUT`` seconds, then fail with one line naming the holder."""
+    timeout = lock_timeout() if timeout is None else timeout
+    lock_path = lock_file_for(path)
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot lock for {what} ({lock_path}: {exc.strerror})") from None
+
+    def holder() -> str:
+        try:
+            return lock_path.read_text(encoding="utf-8", errors="replace").strip() or "another forgepatch run"
+        except OSError:
+            return "another forgepatch run"
+
+    try:
+        start = time.monotonic()
+        told = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+            waited = time.monotonic() - start
+            if waited >= timeout:
+                raise Failure(f"{path} is locked by {holder()}; waited {timeout:g} s "
+                              f"(FORGEPATCH_LOCK_TIMEOUT) for {what}; try again when it has finished")
+            if not told and waited >= WAIT_NOTICE_AFTER:
+                told = True
+                notify(f"{path} is locked by {holder()}; waiting up to {timeout:g} s (FORGEPATCH_LOCK_TIMEOUT) for {what}")
+            time.sleep(0.05)
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"pid {os.getpid()} ({what})\n".encode())
+        except OSError:
+            pass
+        yield
+    finally:
+        os.close(fd)  # the lock file stays (in the cache): removing it would race a waiter
 
 
 def _pending(state: Path) -> bool:
@@ -269,9 +368,12 @@ def recover(root: Path) -> str | None:
                                f"inspect the tree, then remove {state}")
             todo.append((staged, target))
         for staged, target in todo:
+            target.parent.mkdir(parents=True, exist_ok=True)
             _move(staged, target)
         for e in entries:  # a copy a killed cross-device move left beside its target
-            _beside(_target(root, e.path)).unlink(missing_ok=True)
+            target = _target(root, e.path)
+            if target.parent.is_dir():
+                _beside(target).unlink(missing_ok=True)
         for parent in {t.parent for _, t in todo}:
             _fsync_dir(parent)
         shutil.rmtree(state / STAGED, ignore_errors=True)  # before the journal: see commit()
@@ -290,15 +392,127 @@ def recover(root: Path) -> str | None:
     return f"{root}: rolled back an interrupted forgepatch write (it had not committed; no file had been changed)"
 
 
+FS_IOC_GETFLAGS = 0x80086601  # linux/fs.h: the inode flags chattr sets
+FS_IMMUTABLE_FL, FS_APPEND_FL = 0x10, 0x20
+SPACE_MARGIN = 64 * 1024  # the journal itself, directory blocks
+
+
+def _inode_flags(path: Path) -> int:
+    import array
+    import fcntl as _fcntl
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return 0
+    try:
+        buf = array.array("l", [0])
+        _fcntl.ioctl(fd, FS_IOC_GETFLAGS, buf, True)
+        return buf[0]
+    except OSError:  # a file system without inode flags
+        return 0
+    finally:
+        os.close(fd)
+
+
+def _unwritable_dir(directory: Path) -> str | None:
+    """Why no file can be created, renamed or removed in ``directory`` (None: it can)."""
+    try:
+        if os.statvfs(directory).f_flag & os.ST_RDONLY:
+            return "on a read-only file system"
+    except OSError as exc:
+        return exc.strerror
+    if _inode_flags(directory) & (FS_IMMUTABLE_FL | FS_APPEND_FL):
+        return "its directory is immutable or append-only (chattr)"
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return "its directory is not writable (permissions)"
+    return None
+
+
+def unreplaceable(target: Path) -> str | None:
+    """Why ``target`` (maybe not there yet) cannot be replaced by a rename; None: it can."""
+    target = Path(target)
+    try:
+        st = os.lstat(target)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        return exc.strerror
+    if st is not None:
+        import stat
+
+        if stat.S_ISDIR(st.st_mode):
+            return "it is a directory"
+        if _inode_flags(target) & (FS_IMMUTABLE_FL | FS_APPEND_FL):
+            return "it is immutable or append-only (chattr +i/+a)"
+        try:
+            if os.stat(target.parent).st_dev != st.st_dev:
+                return "it is a mount point (bind-mounted): a rename cannot replace it"
+        except OSError as exc:
+            return exc.strerror
+    parent = target.parent
+    while not parent.exists():  # made on the way: the nearest existing directory decides
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"{parent} is not a directory"
+    return _unwritable_dir(parent)
+
+
+def _free(path: Path) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def preflight(root: Path, files: dict[str, bytes]) -> None:
+    """Before anything is written: every target can be replaced, and the state directory's
+    (and each other file system's) free space holds the staged copies. BadInput naming the
+    first file that cannot, and why; nothing has been changed then."""
+    root = Path(root)
+    for rel in sorted(files):
+        why = unreplaceable(_target(root, rel))
+        if why:
+            raise BadInput(f"{_target(root, rel)}: cannot be replaced: {why}; nothing changed")
+    need: dict[int, int] = {}
+    where: dict[int, Path] = {}
+    state_dev = os.stat(root).st_dev
+    need[state_dev], where[state_dev] = SPACE_MARGIN, root
+    for rel, data in files.items():
+        parent = _target(root, rel).parent
+        while not parent.exists():
+            parent = parent.parent
+        dev = os.stat(parent).st_dev
+        need[state_dev] += len(data)
+        if dev != state_dev:  # moved across: a copy beside the target too
+            need[dev] = need.get(dev, SPACE_MARGIN) + len(data)
+            where.setdefault(dev, parent)
+    for dev, bytes_ in need.items():
+        try:
+            free = _free(where[dev])
+        except OSError:
+            continue
+        if free < bytes_:
+            raise BadInput(f"{where[dev]}: not enough free space to stage the new files "
+                           f"({bytes_ // 1024 + 1} KiB needed, {free // 1024} KiB free); nothing changed")
+
+
+def _what_failed(exc: OSError, root: Path) -> str:
+    name = exc.filename if exc.filename is not None else root
+    return f"{name}: {exc.strerror or exc}"
+
+
 def commit(root: Path, files: dict[str, bytes], what: str) -> None:
-    """Replace ``files`` (paths relative to ``root``) all or none, surviving a crash at any
-    point (see the module docstring). The caller holds ``root``'s exclusive lock."""
+    """Replace ``files`` (paths relative to ``root``) all or none, surviving a crash or an
+    interrupt at any point (see the module docstring). The caller holds ``root``'s
+    exclusive lock. Directories a new file needs are made after the commit point, so a
+    rolled-back write leaves none behind."""
     if not files:
         return  # nothing to replace (an already patched tree)
     root = Path(root)
+    preflight(root, files)
     state = root / STATE_DIR
     staging = state / STAGED
     entries: list[Entry] = []
+    tmp = state / (JOURNAL + ".tmp")
     try:
         staging.mkdir(parents=True, exist_ok=True)
         for n, (rel, data) in enumerate(sorted(files.items())):
@@ -314,30 +528,30 @@ def commit(root: Path, files: dict[str, bytes], what: str) -> None:
         _fsync_dir(staging)
         doc = {"format": FORMAT, "what": what, "pid": os.getpid(), "root": str(root),
                "files": [e.to_json() for e in entries]}
-        tmp = state / (JOURNAL + ".tmp")
         _write_synced(tmp, json.dumps(doc, indent=1).encode())
-        for e in entries:
-            _target(root, e.path).parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
-        (state / (JOURNAL + ".tmp")).unlink(missing_ok=True)
-        raise BadInput(f"{root}: cannot write: {exc.strerror} ({exc.filename}); nothing changed") from None
-    os.replace(tmp, state / JOURNAL)  # the commit point
-    _fsync_dir(state)
-    try:
-        for e in entries:
-            _move(state / e.staged, _target(root, e.path))
-        for parent in {_target(root, e.path).parent for e in entries}:
-            _fsync_dir(parent)
-    except OSError as exc:  # e.g. a target directory turned read-only: finish on the next run
-        raise BadInput(f"{root}: cannot write: {exc.strerror} ({exc.filename}); the journal in {state} "
-                       f"completes it on the next forgepatch run") from None
-    # the (now empty) staging directory goes before the journal: a run killed between the
-    # two leaves a journal (rolled forward: nothing left to do), never a staging directory
-    # without one (which would read as "nothing was changed")
-    shutil.rmtree(staging, ignore_errors=True)
-    (state / JOURNAL).unlink()
-    _fsync_dir(state)
+        tmp.unlink(missing_ok=True)
+        raise BadInput(f"cannot write {what}: {_what_failed(exc, root)}; nothing changed") from None
+    with uninterrupted():  # Ctrl-C now waits for the renames: the run ends finished
+        os.replace(tmp, state / JOURNAL)  # the commit point
+        _fsync_dir(state)
+        try:
+            for e in entries:
+                target = _target(root, e.path)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                _move(state / e.staged, target)
+            for parent in {_target(root, e.path).parent for e in entries}:
+                _fsync_dir(parent)
+        except OSError as exc:  # e.g. a target directory turned read-only: finish on the next run
+            raise BadInput(f"cannot write {what}: {_what_failed(exc, root)}; the journal in {state} "
+                           f"completes it on the next forgepatch run") from None
+        # the (now empty) staging directory goes before the journal: a run killed between the
+        # two leaves a journal (rolled forward: nothing left to do), never a staging directory
+        # without one (which would read as "nothing was changed")
+        shutil.rmtree(staging, ignore_errors=True)
+        (state / JOURNAL).unlink()
+        _fsync_dir(state)
 
 
 # -- what commands use -------------------------------------------------------------------
