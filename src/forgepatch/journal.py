@@ -29,6 +29,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -279,6 +280,26 @@ def path_lock(path: Path, what: str, timeout: float | None = None) -> Iterator[N
         os.close(fd)  # the lock file stays (in the cache): removing it would race a waiter
 
 
+def _stale(state: Path) -> bool:
+    """A state directory nobody holds: what a run killed (or interrupted) while it took or
+    held the lock left, with nothing to recover in it (an empty directory, a lock file)."""
+    if not state.is_dir():
+        return False
+    try:
+        fd = os.open(state / LOCK, os.O_RDONLY)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return True
+    except OSError:
+        return False  # held: a live run's, it removes it itself
+    finally:
+        os.close(fd)
+
+
 def _pending(state: Path) -> bool:
     """Anything of an interrupted transaction (staged copies, a journal) under ``state``."""
     try:
@@ -394,7 +415,7 @@ def recover(root: Path) -> str | None:
 
 FS_IOC_GETFLAGS = 0x80086601  # linux/fs.h: the inode flags chattr sets
 FS_IMMUTABLE_FL, FS_APPEND_FL = 0x10, 0x20
-SPACE_MARGIN = 64 * 1024  # the journal itself, directory blocks
+SPACE_MARGIN_BLOCKS = 4  # the journal itself, directory blocks
 
 
 def _inode_flags(path: Path) -> int:
@@ -429,7 +450,7 @@ def _unwritable_dir(directory: Path) -> str | None:
     return None
 
 
-def unreplaceable(target: Path) -> str | None:
+def unreplaceable(target: Path, mounts: set[str] | None = None) -> str | None:
     """Why ``target`` (maybe not there yet) cannot be replaced by a rename; None: it can."""
     target = Path(target)
     try:
@@ -446,7 +467,7 @@ def unreplaceable(target: Path) -> str | None:
         if _inode_flags(target) & (FS_IMMUTABLE_FL | FS_APPEND_FL):
             return "it is immutable or append-only (chattr +i/+a)"
         try:
-            if os.stat(target.parent).st_dev != st.st_dev:
+            if os.stat(target.parent).st_dev != st.st_dev or str(target.resolve()) in (_mount_points() if mounts is None else mounts):
                 return "it is a mount point (bind-mounted): a rename cannot replace it"
         except OSError as exc:
             return exc.strerror
@@ -456,6 +477,21 @@ def unreplaceable(target: Path) -> str | None:
     if not parent.is_dir():
         return f"{parent} is not a directory"
     return _unwritable_dir(parent)
+
+
+def _mount_points() -> set[str]:
+    """Every mount point of this process's mount namespace (a file bind-mounted onto itself
+    keeps its device number: only the mount table shows it)."""
+    try:
+        text = Path("/proc/self/mountinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return set()
+    out = set()
+    for line in text.splitlines():
+        fields = line.split(" ")
+        if len(fields) > 4:  # field 5: the mount point, with space, tab, newline, \\ octal-escaped
+            out.add(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4]))
+    return out
 
 
 def _free(path: Path) -> int:
@@ -468,31 +504,45 @@ def preflight(root: Path, files: dict[str, bytes]) -> None:
     (and each other file system's) free space holds the staged copies. BadInput naming the
     first file that cannot, and why; nothing has been changed then."""
     root = Path(root)
+    mounts = _mount_points()
     for rel in sorted(files):
-        why = unreplaceable(_target(root, rel))
+        why = unreplaceable(_target(root, rel), mounts)
         if why:
             raise BadInput(f"{_target(root, rel)}: cannot be replaced: {why}; nothing changed")
     need: dict[int, int] = {}
     where: dict[int, Path] = {}
-    state_dev = os.stat(root).st_dev
-    need[state_dev], where[state_dev] = SPACE_MARGIN, root
+
+    def add(directory: Path, size: int) -> None:
+        dev = os.stat(directory).st_dev
+        if dev not in need:
+            where[dev] = directory
+            need[dev] = SPACE_MARGIN_BLOCKS * _block(directory)
+        block = _block(where[dev])
+        need[dev] += -(-size // block) * block  # whole blocks: a small file takes one
+
+    add(root, 0)
     for rel, data in files.items():
         parent = _target(root, rel).parent
         while not parent.exists():
             parent = parent.parent
-        dev = os.stat(parent).st_dev
-        need[state_dev] += len(data)
-        if dev != state_dev:  # moved across: a copy beside the target too
-            need[dev] = need.get(dev, SPACE_MARGIN) + len(data)
-            where.setdefault(dev, parent)
-    for dev, bytes_ in need.items():
+        add(root, len(data))  # the staged copy
+        if os.stat(parent).st_dev != os.stat(root).st_dev:
+            add(parent, len(data))  # moved across file systems: a copy beside the target too
+    for dev, size in need.items():
         try:
             free = _free(where[dev])
         except OSError:
             continue
-        if free < bytes_:
+        if free < size:
             raise BadInput(f"{where[dev]}: not enough free space to stage the new files "
-                           f"({bytes_ // 1024 + 1} KiB needed, {free // 1024} KiB free); nothing changed")
+                           f"({-(-size // 1024)} KiB needed, {free // 1024} KiB free); nothing changed")
+
+
+def _block(path: Path) -> int:
+    try:
+        return os.statvfs(path).f_frsize or 4096
+    except OSError:
+        return 4096
 
 
 def _what_failed(exc: OSError, root: Path) -> str:
@@ -580,6 +630,7 @@ def open_tree(root: Path, what: str, write: bool) -> Iterator[TreeLock | None]:
                 raise
             if message:
                 notify(message)
+                _notices[str(root.resolve())] = message
             if write:
                 break
             lock.release()  # recovered; read on under a shared lock
@@ -593,6 +644,14 @@ def open_tree(root: Path, what: str, write: bool) -> Iterator[TreeLock | None]:
         lock.release()
 
 
+_notices: dict[str, str] = {}
+
+
+def last_notice(root: Path) -> str | None:
+    """The recovery notice this process printed for ``root`` (None: it recovered nothing)."""
+    return _notices.get(str(Path(root).resolve()))
+
+
 def write_files(root: Path, files: dict[str, bytes], what: str) -> None:
     """Lock ``root``, recover it if needed, and commit ``files`` (paths relative to it)."""
     root = Path(root)
@@ -604,9 +663,10 @@ def write_files(root: Path, files: dict[str, bytes], what: str) -> None:
 def recover_tree(root: Path) -> None:
     """Complete (or undo) an interrupted transaction under ``root``, if one is there: every
     command that reads a local tree calls this first."""
-    if _pending(Path(root) / STATE_DIR):
+    state = Path(root) / STATE_DIR
+    if _pending(state) or _stale(state):
         with open_tree(root, "recovery", write=True):
-            pass
+            pass  # the exclusive holder removes the state directory when it lets go
 
 
 def write_together(files: dict[Path, bytes | str], what: str) -> None:
