@@ -42,11 +42,15 @@ def cache_dir(*parts: str) -> Path:
 
 
 def default_config(explicit: Path | None = None) -> Path:
-    """``--config`` if given, else ``./matrix.toml``, else the shipped default."""
+    """``--config`` if given, else ``./matrix.toml``, else the shipped default. An interrupted
+    ``init``/``pin add`` in that directory is finished (or undone) first (``journal``)."""
+    from forgepatch.infra.journal import recover_tree
+
+    chosen = explicit if explicit is not None else Path("matrix.toml")
+    recover_tree(chosen.parent)
     if explicit is not None:
         return explicit
-    local = Path("matrix.toml")
-    return local if local.is_file() else SHIPPED_MATRIX
+    return chosen if chosen.is_file() else SHIPPED_MATRIX
 
 
 def check_path(path: Path, flag: str, want: str = "any") -> Path:

@@ -4,15 +4,16 @@ Writes the shipped matrix.toml (every shipped arch, its patches and profiles, th
 pin; commented), an empty ``patches/`` for the fork's own patches (with a README saying
 how they combine with the shipped ones) and the shipped Dockerfile. The scaffold runs as is:
 the matrix names only shipped patches, which every command finds without copying them.
-Refuses (exit 2) if any of those files already exists; otherwise writes each one atomically
-(temp file + rename).
+Refuses (exit 2) if any of those files already exists; otherwise writes the three together
+through the journal (``forgepatch.infra.journal``, under ``DIR``'s lock): a crash or Ctrl-C leaves
+none of them or all of them, and the next command (``init`` again, ``pin add``, ...) finishes
+or undoes an interrupted one, saying so in one line.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from forgepatch.infra.atomic import write_atomic
 from forgepatch.errors import BadInput, Failure
 
 PATCHES_README = """\
@@ -52,15 +53,14 @@ def init(dest: Path) -> list[Path]:
     if not os.access(dest, os.W_OK) or dest.resolve().parts[1:2] in (("proc",), ("sys",), ("dev",)):
         raise BadInput(f"--dir: {dest} is not a writable directory")
     files = plan(dest)
-    existing = [str(p.relative_to(dest)) for p in files if p.exists() or p.is_symlink()]
-    if existing:
-        raise BadInput(f"init: refusing to overwrite existing {', '.join(existing)} in {dest}")
-    written = []
-    for target, content in files.items():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            write_atomic(target, content, exclusive=True)  # never overwrite
-        except FileExistsError:
-            raise BadInput(f"init: refusing to overwrite {target}") from None
-        written.append(target)
-    return written
+    from forgepatch.infra import journal
+
+    with journal.open_tree(dest, "init", write=True):
+        existing = [str(p.relative_to(dest)) for p in files if p.exists() or p.is_symlink()]
+        if existing:
+            if all(p.is_file() and not p.is_symlink() and p.read_bytes() == data for p, data in files.items()) \
+                    and "completed an interrupted init" in (journal.last_notice(dest) or ""):
+                return list(files)  # this recovery just completed an interrupted init: done
+            raise BadInput(f"init: refusing to overwrite existing {', '.join(existing)} in {dest}")
+        journal.commit(dest, {str(p.relative_to(dest)): data for p, data in files.items()}, "init")
+    return list(files)

@@ -2,15 +2,19 @@
 
 A pin is a PyPI release (recorded with the sha256 of its wheel) or a git revision
 (recorded as the full commit SHA, with the package version found at that commit). The
-file is edited with tomlkit, so comments and layout survive, and written atomically
-(temp file + rename) only after the result validates.
+file is edited with tomlkit, so comments and layout survive, and written only after the
+result validates, through ``config_edit``: under the lock of matrix.toml's directory (two
+concurrent ``pin add`` runs serialise; neither loses the other's pin) and its journal (a
+crash or Ctrl-C leaves the old or the new file, no temp file).
 """
 
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from forgepatch.errors import BadInput
 from forgepatch.srcspec import NAME_RULE  # noqa: F401 - the rule lives with its check (srcspec)
@@ -34,7 +38,10 @@ def editable_config(explicit: Path | None) -> Path:
     copy shipped inside the package."""
     from forgepatch.paths import SHIPPED_MATRIX
 
+    from forgepatch.infra.journal import recover_tree
+
     path = explicit if explicit is not None else Path("matrix.toml")
+    recover_tree(path.parent)  # an interrupted init / pin add there is finished (or undone) first
     if not path.is_file():
         raise BadInput(f"--config: {path} does not exist (run `forgepatch init` or pass --config FILE)")
     if path.resolve() == SHIPPED_MATRIX.resolve():
@@ -118,10 +125,12 @@ def add_pin(
         if version:
             entry["version"] = version
 
-    text = config.read_text(encoding="utf-8")
-    doc = tomlkit.parse(text)
-    _append_pin(doc, name, entry)
-    _write_validated(config, tomlkit.dumps(doc))
+    with config_edit(config, "pin add") as edit:
+        if name in load_matrix(config).pins:  # added by another run while this one resolved
+            raise BadInput(f"pin add: pin {name!r} already exists in {config}")
+        doc = tomlkit.parse(edit.read())
+        _append_pin(doc, name, entry)
+        edit.write(tomlkit.dumps(doc))
     return PinRow(name, "pypi" if pypi else "rev", pypi or rev or "", entry.get("sha256") or entry.get("rev"),
                   pypi or entry.get("version"), False)
 
@@ -155,12 +164,44 @@ def _append_pin(doc, name: str, entry: dict[str, str]) -> None:
     pins[name] = table
 
 
-def _write_validated(config: Path, text: str) -> None:
-    """Validate the new text as a matrix, then replace ``config`` atomically."""
-    from forgepatch.infra.atomic import write_atomic
-    from forgepatch.config import load_matrix
+# -- writing matrix.toml: locked, validated, journaled ------------------------------------
+class ConfigEdit:
+    """One read-modify-write of matrix.toml inside ``config_edit`` (its directory's lock held)."""
 
-    write_atomic(config.resolve(), text, validate=load_matrix)
+    def __init__(self, config: Path, what: str) -> None:
+        self.config = Path(config)
+        self.what = what
+
+    def read(self) -> str:
+        return self.config.read_text(encoding="utf-8")
+
+    def write(self, text: str) -> None:
+        """Validate ``text`` as a matrix, then replace the file through the journal."""
+        from forgepatch.config import load_matrix
+        from forgepatch.infra.journal import STATE_DIR, commit
+
+        state = self.config.parent / STATE_DIR
+        check = state / "validate" / self.config.name  # in the state dir: recovery removes it
+        check.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            check.write_text(text, encoding="utf-8")
+            load_matrix(check)
+        finally:
+            check.unlink(missing_ok=True)
+            check.parent.rmdir()
+        commit(self.config.parent, {self.config.name: text.encode("utf-8")}, self.what)
+
+
+@contextmanager
+def config_edit(config: Path, what: str) -> Iterator[ConfigEdit]:
+    """Hold the lock of ``config``'s directory (``journal.open_tree``: waits for a concurrent
+    edit, ``FORGEPATCH_LOCK_TIMEOUT``; completes an interrupted one first) for a read of the
+    file, an edit and its write: every edit of matrix.toml goes through here."""
+    from forgepatch.infra.journal import open_tree
+
+    config = Path(config).resolve()
+    with open_tree(config.parent, what, write=True):
+        yield ConfigEdit(config, what)
 
 
 def list_pins(matrix) -> list[PinRow]:
@@ -217,15 +258,16 @@ def pin_base(config: Path, arch: str, image: str | None = None) -> BasePin:
     pinned = f"{ref.name}@{digest}"
     if pinned == cfg.base_image:
         return BasePin(arch, current, pinned, False)
-    text = config.read_text(encoding="utf-8")
-    doc = tomlkit.parse(text)
-    try:
-        table = doc["arches"][arch]
-    except KeyError:  # an arch defined in a dotted key or inline table we do not edit
-        raise BadInput(located(config, key_line(text, ("arches", arch)), f"pin base: cannot edit arches.{arch}")) from None
-    item = tomlkit.string(pinned)
-    if ref.tag:
-        item.comment(f"pinned from {ref.name}:{ref.tag} by `forgepatch pin base`")
-    table["base_image"] = item
-    _write_validated(config, tomlkit.dumps(doc))
+    with config_edit(config, "pin base") as edit:
+        text = edit.read()
+        doc = tomlkit.parse(text)
+        try:
+            table = doc["arches"][arch]
+        except KeyError:  # an arch defined in a dotted key or inline table we do not edit
+            raise BadInput(located(config, key_line(text, ("arches", arch)), f"pin base: cannot edit arches.{arch}")) from None
+        item = tomlkit.string(pinned)
+        if ref.tag:
+            item.comment(f"pinned from {ref.name}:{ref.tag} by `forgepatch pin base`")
+        table["base_image"] = item
+        edit.write(tomlkit.dumps(doc))
     return BasePin(arch, current, pinned, True)

@@ -29,6 +29,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -57,8 +58,30 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def lock_timeout() -> float:
-    return envsettings.seconds("FORGEPATCH_LOCK_TIMEOUT", DEFAULT_TIMEOUT, allow_zero=True)
+def lock_timeout(default: float = DEFAULT_TIMEOUT) -> float:
+    return envsettings.seconds("FORGEPATCH_LOCK_TIMEOUT", default, allow_zero=True)
+
+
+@contextmanager
+def uninterrupted() -> Iterator[None]:
+    """Hold off SIGINT/SIGTERM/SIGHUP (Ctrl-C, a stop) while a few renames run: a signal that
+    arrives meanwhile is delivered when they are done. Clean-up code run by an interrupt can
+    then never see (and delete) a half-swapped state; a SIGKILL is left to the journal."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+WAIT_NOTICE_AFTER = 1.0  # seconds a lock is waited for before saying so (once)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -95,8 +118,21 @@ class TreeLock:
         self.exclusive = False
 
     def _open(self) -> int:
-        self.state.mkdir(exist_ok=True)
-        return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        made = False
+        try:
+            self.state.mkdir()
+            made = True
+        except FileExistsError:
+            pass
+        try:
+            return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            if made:  # e.g. a full disk: no empty state directory left behind
+                try:
+                    self.state.rmdir()
+                except OSError:
+                    pass
+            raise
 
     def _same_file(self, fd: int) -> bool:
         try:
@@ -115,7 +151,9 @@ class TreeLock:
 
     def acquire(self, exclusive: bool, timeout: float | None = None) -> None:
         timeout = lock_timeout() if timeout is None else timeout
-        deadline = time.monotonic() + timeout
+        start = time.monotonic()
+        deadline = start + timeout
+        told = False
         op = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
         while True:
             try:
@@ -137,14 +175,21 @@ class TreeLock:
                     os.close(fd)
                     raise Failure(f"{self.root} is locked by {holder}; waited {timeout:g} s "
                                   f"(FORGEPATCH_LOCK_TIMEOUT) for {self.what}; try again when it has finished")
+                if not told and time.monotonic() - start >= WAIT_NOTICE_AFTER:
+                    told = True
+                    notify(f"{self.root} is locked by {self.holder()}; waiting up to {timeout:g} s "
+                           f"(FORGEPATCH_LOCK_TIMEOUT) for {self.what}")
                 time.sleep(0.05)
             if self._same_file(fd):
                 break
             os.close(fd)  # the previous holder removed the file while we waited: take the new one
         self.fd, self.exclusive = fd, exclusive
         if exclusive:
-            os.ftruncate(fd, 0)
-            os.write(fd, f"pid {os.getpid()} ({self.what})\n".encode())
+            try:
+                os.ftruncate(fd, 0)
+                os.write(fd, f"pid {os.getpid()} ({self.what})\n".encode())
+            except OSError:
+                pass  # a full disk: the holder's name is a courtesy, the flock is the lock
 
     def release(self) -> None:
         if self.fd is None:
@@ -178,6 +223,81 @@ class TreeLock:
             self.state.rmdir()
         except OSError:
             pass  # not empty: a journal this run could not complete stays for the next one
+
+
+def lock_file_for(path: Path) -> Path:
+    """Where the lock of a shared file lives: the user cache dir, keyed by the file's
+    resolved path (never beside the file: a ledger directory is committed to git)."""
+    from forgepatch.paths import cache_dir
+
+    key = sha256(str(Path(path).resolve()).encode())[:32]
+    return cache_dir("locks") / f"{key}.lock"
+
+
+@contextmanager
+def path_lock(path: Path, what: str, timeout: float | None = None) -> Iterator[None]:
+    """Hold an exclusive lock on the shared file ``path`` for a read-modify-write (the
+    ledger): concurrent runs wait their turn (saying so after a second), up to
+    ``FORGEPATCH_LOCK_TIMEOUT`` seconds, then fail with one line naming the holder."""
+    timeout = lock_timeout() if timeout is None else timeout
+    lock_path = lock_file_for(path)
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot lock for {what} ({lock_path}: {exc.strerror})") from None
+
+    def holder() -> str:
+        try:
+            return lock_path.read_text(encoding="utf-8", errors="replace").strip() or "another forgepatch run"
+        except OSError:
+            return "another forgepatch run"
+
+    try:
+        start = time.monotonic()
+        told = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+            waited = time.monotonic() - start
+            if waited >= timeout:
+                raise Failure(f"{path} is locked by {holder()}; waited {timeout:g} s "
+                              f"(FORGEPATCH_LOCK_TIMEOUT) for {what}; try again when it has finished")
+            if not told and waited >= WAIT_NOTICE_AFTER:
+                told = True
+                notify(f"{path} is locked by {holder()}; waiting up to {timeout:g} s (FORGEPATCH_LOCK_TIMEOUT) for {what}")
+            time.sleep(0.05)
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"pid {os.getpid()} ({what})\n".encode())
+        except OSError:
+            pass
+        yield
+    finally:
+        os.close(fd)  # the lock file stays (in the cache): removing it would race a waiter
+
+
+def _stale(state: Path) -> bool:
+    """A state directory nobody holds: what a run killed (or interrupted) while it took or
+    held the lock left, with nothing to recover in it (an empty directory, a lock file)."""
+    if not state.is_dir():
+        return False
+    try:
+        fd = os.open(state / LOCK, os.O_RDONLY)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return True
+    except OSError:
+        return False  # held: a live run's, it removes it itself
+    finally:
+        os.close(fd)
 
 
 def _pending(state: Path) -> bool:
@@ -269,9 +389,12 @@ def recover(root: Path) -> str | None:
                                f"inspect the tree, then remove {state}")
             todo.append((staged, target))
         for staged, target in todo:
+            target.parent.mkdir(parents=True, exist_ok=True)
             _move(staged, target)
         for e in entries:  # a copy a killed cross-device move left beside its target
-            _beside(_target(root, e.path)).unlink(missing_ok=True)
+            target = _target(root, e.path)
+            if target.parent.is_dir():
+                _beside(target).unlink(missing_ok=True)
         for parent in {t.parent for _, t in todo}:
             _fsync_dir(parent)
         shutil.rmtree(state / STAGED, ignore_errors=True)  # before the journal: see commit()
@@ -290,15 +413,156 @@ def recover(root: Path) -> str | None:
     return f"{root}: rolled back an interrupted forgepatch write (it had not committed; no file had been changed)"
 
 
+FS_IOC_GETFLAGS = 0x80086601  # linux/fs.h: the inode flags chattr sets
+FS_IMMUTABLE_FL, FS_APPEND_FL = 0x10, 0x20
+SPACE_MARGIN_BLOCKS = 4  # the journal itself, directory blocks
+
+
+def _inode_flags(path: Path) -> int:
+    import array
+    import fcntl as _fcntl
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return 0
+    try:
+        buf = array.array("l", [0])
+        _fcntl.ioctl(fd, FS_IOC_GETFLAGS, buf, True)
+        return buf[0]
+    except OSError:  # a file system without inode flags
+        return 0
+    finally:
+        os.close(fd)
+
+
+def _unwritable_dir(directory: Path) -> str | None:
+    """Why no file can be created, renamed or removed in ``directory`` (None: it can)."""
+    try:
+        if os.statvfs(directory).f_flag & os.ST_RDONLY:
+            return "on a read-only file system"
+    except OSError as exc:
+        return exc.strerror
+    if _inode_flags(directory) & (FS_IMMUTABLE_FL | FS_APPEND_FL):
+        return "its directory is immutable or append-only (chattr)"
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return "its directory is not writable (permissions)"
+    return None
+
+
+def unreplaceable(target: Path, mounts: set[str] | None = None) -> str | None:
+    """Why ``target`` (maybe not there yet) cannot be replaced by a rename; None: it can."""
+    target = Path(target)
+    try:
+        st = os.lstat(target)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        return exc.strerror
+    if st is not None:
+        import stat
+
+        if stat.S_ISDIR(st.st_mode):
+            return "it is a directory"
+        if _inode_flags(target) & (FS_IMMUTABLE_FL | FS_APPEND_FL):
+            return "it is immutable or append-only (chattr +i/+a)"
+        try:
+            if os.stat(target.parent).st_dev != st.st_dev or str(target.resolve()) in (_mount_points() if mounts is None else mounts):
+                return "it is a mount point (bind-mounted): a rename cannot replace it"
+        except OSError as exc:
+            return exc.strerror
+    parent = target.parent
+    while not parent.exists():  # made on the way: the nearest existing directory decides
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"{parent} is not a directory"
+    return _unwritable_dir(parent)
+
+
+def _mount_points() -> set[str]:
+    """Every mount point of this process's mount namespace (a file bind-mounted onto itself
+    keeps its device number: only the mount table shows it)."""
+    try:
+        text = Path("/proc/self/mountinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return set()
+    out = set()
+    for line in text.splitlines():
+        fields = line.split(" ")
+        if len(fields) > 4:  # field 5: the mount point, with space, tab, newline, \\ octal-escaped
+            out.add(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4]))
+    return out
+
+
+def _free(path: Path) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def preflight(root: Path, files: dict[str, bytes]) -> None:
+    """Before anything is written: every target can be replaced, and the state directory's
+    (and each other file system's) free space holds the staged copies. BadInput naming the
+    first file that cannot, and why; nothing has been changed then."""
+    root = Path(root)
+    mounts = _mount_points()
+    for rel in sorted(files):
+        why = unreplaceable(_target(root, rel), mounts)
+        if why:
+            raise BadInput(f"{_target(root, rel)}: cannot be replaced: {why}; nothing changed")
+    need: dict[int, int] = {}
+    where: dict[int, Path] = {}
+
+    def add(directory: Path, size: int) -> None:
+        dev = os.stat(directory).st_dev
+        if dev not in need:
+            where[dev] = directory
+            need[dev] = SPACE_MARGIN_BLOCKS * _block(directory)
+        block = _block(where[dev])
+        need[dev] += -(-size // block) * block  # whole blocks: a small file takes one
+
+    add(root, 0)
+    for rel, data in files.items():
+        parent = _target(root, rel).parent
+        while not parent.exists():
+            parent = parent.parent
+        add(root, len(data))  # the staged copy
+        if os.stat(parent).st_dev != os.stat(root).st_dev:
+            add(parent, len(data))  # moved across file systems: a copy beside the target too
+    for dev, size in need.items():
+        try:
+            free = _free(where[dev])
+        except OSError:
+            continue
+        if free < size:
+            raise BadInput(f"{where[dev]}: not enough free space to stage the new files "
+                           f"({-(-size // 1024)} KiB needed, {free // 1024} KiB free); nothing changed")
+
+
+def _block(path: Path) -> int:
+    try:
+        return os.statvfs(path).f_frsize or 4096
+    except OSError:
+        return 4096
+
+
+def _what_failed(exc: OSError, root: Path) -> str:
+    name = exc.filename if exc.filename is not None else root
+    return f"{name}: {exc.strerror or exc}"
+
+
 def commit(root: Path, files: dict[str, bytes], what: str) -> None:
-    """Replace ``files`` (paths relative to ``root``) all or none, surviving a crash at any
-    point (see the module docstring). The caller holds ``root``'s exclusive lock."""
+    """Replace ``files`` (paths relative to ``root``) all or none, surviving a crash or an
+    interrupt at any point (see the module docstring). The caller holds ``root``'s
+    exclusive lock. Directories a new file needs are made after the commit point, so a
+    rolled-back write leaves none behind."""
     if not files:
         return  # nothing to replace (an already patched tree)
     root = Path(root)
+    preflight(root, files)
     state = root / STATE_DIR
     staging = state / STAGED
     entries: list[Entry] = []
+    tmp = state / (JOURNAL + ".tmp")
     try:
         staging.mkdir(parents=True, exist_ok=True)
         for n, (rel, data) in enumerate(sorted(files.items())):
@@ -314,30 +578,30 @@ def commit(root: Path, files: dict[str, bytes], what: str) -> None:
         _fsync_dir(staging)
         doc = {"format": FORMAT, "what": what, "pid": os.getpid(), "root": str(root),
                "files": [e.to_json() for e in entries]}
-        tmp = state / (JOURNAL + ".tmp")
         _write_synced(tmp, json.dumps(doc, indent=1).encode())
-        for e in entries:
-            _target(root, e.path).parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
-        (state / (JOURNAL + ".tmp")).unlink(missing_ok=True)
-        raise BadInput(f"{root}: cannot write: {exc.strerror} ({exc.filename}); nothing changed") from None
-    os.replace(tmp, state / JOURNAL)  # the commit point
-    _fsync_dir(state)
-    try:
-        for e in entries:
-            _move(state / e.staged, _target(root, e.path))
-        for parent in {_target(root, e.path).parent for e in entries}:
-            _fsync_dir(parent)
-    except OSError as exc:  # e.g. a target directory turned read-only: finish on the next run
-        raise BadInput(f"{root}: cannot write: {exc.strerror} ({exc.filename}); the journal in {state} "
-                       f"completes it on the next forgepatch run") from None
-    # the (now empty) staging directory goes before the journal: a run killed between the
-    # two leaves a journal (rolled forward: nothing left to do), never a staging directory
-    # without one (which would read as "nothing was changed")
-    shutil.rmtree(staging, ignore_errors=True)
-    (state / JOURNAL).unlink()
-    _fsync_dir(state)
+        tmp.unlink(missing_ok=True)
+        raise BadInput(f"cannot write {what}: {_what_failed(exc, root)}; nothing changed") from None
+    with uninterrupted():  # Ctrl-C now waits for the renames: the run ends finished
+        os.replace(tmp, state / JOURNAL)  # the commit point
+        _fsync_dir(state)
+        try:
+            for e in entries:
+                target = _target(root, e.path)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                _move(state / e.staged, target)
+            for parent in {_target(root, e.path).parent for e in entries}:
+                _fsync_dir(parent)
+        except OSError as exc:  # e.g. a target directory turned read-only: finish on the next run
+            raise BadInput(f"cannot write {what}: {_what_failed(exc, root)}; the journal in {state} "
+                           f"completes it on the next forgepatch run") from None
+        # the (now empty) staging directory goes before the journal: a run killed between the
+        # two leaves a journal (rolled forward: nothing left to do), never a staging directory
+        # without one (which would read as "nothing was changed")
+        shutil.rmtree(staging, ignore_errors=True)
+        (state / JOURNAL).unlink()
+        _fsync_dir(state)
 
 
 # -- what commands use -------------------------------------------------------------------
@@ -366,6 +630,7 @@ def open_tree(root: Path, what: str, write: bool) -> Iterator[TreeLock | None]:
                 raise
             if message:
                 notify(message)
+                _notices[str(root.resolve())] = message
             if write:
                 break
             lock.release()  # recovered; read on under a shared lock
@@ -379,6 +644,14 @@ def open_tree(root: Path, what: str, write: bool) -> Iterator[TreeLock | None]:
         lock.release()
 
 
+_notices: dict[str, str] = {}
+
+
+def last_notice(root: Path) -> str | None:
+    """The recovery notice this process printed for ``root`` (None: it recovered nothing)."""
+    return _notices.get(str(Path(root).resolve()))
+
+
 def write_files(root: Path, files: dict[str, bytes], what: str) -> None:
     """Lock ``root``, recover it if needed, and commit ``files`` (paths relative to it)."""
     root = Path(root)
@@ -390,9 +663,10 @@ def write_files(root: Path, files: dict[str, bytes], what: str) -> None:
 def recover_tree(root: Path) -> None:
     """Complete (or undo) an interrupted transaction under ``root``, if one is there: every
     command that reads a local tree calls this first."""
-    if _pending(Path(root) / STATE_DIR):
+    state = Path(root) / STATE_DIR
+    if _pending(state) or _stale(state):
         with open_tree(root, "recovery", write=True):
-            pass
+            pass  # the exclusive holder removes the state directory when it lets go
 
 
 def write_together(files: dict[Path, bytes | str], what: str) -> None:

@@ -41,7 +41,7 @@ def check(out: Path, force: bool = False, name: str = PACKAGE) -> OutDir:
     PACKAGE = name  # noqa: N806 - the package directory this check is about
     if out.exists() and not out.is_dir():
         raise BadInput(f"--out: {out} exists and is not a directory")
-    entries = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    entries = sorted(p.name for p in out.iterdir() if not _ours_in_flight(p.name)) if out.is_dir() else []
     if not entries or force:
         return OutDir(out, bool(entries))
     marker = out / MARKER
@@ -61,6 +61,15 @@ def check(out: Path, force: bool = False, name: str = PACKAGE) -> OutDir:
         raise BadInput(f"--out: {out / PACKAGE / unknown[0]}{more} was added or changed since forgepatch wrote {out} "
                        f"and would be deleted; move it away, or pass --force")
     return OutDir(out, True)
+
+
+def _ours_in_flight(name: str) -> bool:
+    """A run's lock/state directory or staging copy (``writer``): not the user's content; a
+    run holding ``DIR``'s lock finishes or undoes them before it checks again."""
+    from forgepatch.infra.journal import STATE_DIR
+    from forgepatch.patching.writer import STAGING_PREFIX, STAGING_SUFFIX
+
+    return name == STATE_DIR or (name.startswith(STAGING_PREFIX) and name.endswith(STAGING_SUFFIX))
 
 
 def _not_recorded(package: Path, files: dict) -> list[str]:

@@ -229,7 +229,6 @@ def scaffold(pid: str, arch: str, dest_dir: Path, library, *, source: str | None
              module: str | None = None, matrix=None) -> Scaffold:
     """Write ``dest_dir/<pid>.toml``; BadInput for a bad id, an existing patch, an unknown function."""
     from forgepatch.arch import ARCHES, get_arch
-    from forgepatch.infra.atomic import write_atomic
     from forgepatch.patching.patchset import load_patch
 
     if not ID_RE.fullmatch(pid):
@@ -307,10 +306,13 @@ def scaffold(pid: str, arch: str, dest_dir: Path, library, *, source: str | None
         (Path(tmp) / path.name).write_text(result.text, encoding="utf-8")
         load_patch(Path(tmp) / path.name)
     dest_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        write_atomic(path, result.text, exclusive=True)
-    except FileExistsError:
-        raise BadInput(f"patch new: refusing to overwrite {path}") from None
+    from forgepatch.infra import journal
+
+    # under the patches directory's lock, through its journal: a crash leaves no temp file
+    with journal.open_tree(dest_dir, "patch new", write=True):
+        if path.exists() or path.is_symlink():
+            raise BadInput(f"patch new: refusing to overwrite {path}")
+        journal.commit(dest_dir, {path.name: result.text.encode("utf-8")}, "patch new")
     return result
 
 

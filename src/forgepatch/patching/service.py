@@ -78,8 +78,8 @@ def apply_arch(arch: str, source: str | None, out: Path | None, matrix, patches_
     if out is not None and not (check or diff or in_place):
         from forgepatch.patching.writer import recover_out
 
-        recover_out(out, name)  # a killed --out run's copy is finished or undone first
-        outdir.check(out, force, name)
+        # a killed --out run's copy is finished or undone first, then DIR is checked (under its lock)
+        recover_out(out, check=lambda: outdir.check(out, force, name), name=name)
     if in_place and src.kind != "dir":
         raise BadInput("--in-place: only a local directory source can be patched in place")
     write = in_place and not check
@@ -96,12 +96,13 @@ def apply_arch(arch: str, source: str | None, out: Path | None, matrix, patches_
         elif out is not None:
             from forgepatch.sources import copy_non_py
 
-            outdir.check(out, force, name)  # again: the directory may have changed while the series ran
             meta = {"arch": result.arch, "source": src.label, "version": result.version,
                     "patchset": result.patchset_hash, "changed": sorted(result.changed)}
             # the copy and its record are swapped in together (crash-safe: writer.write_out)
             run.written = write_out(src.package, result.changed_bytes(), out, fill=lambda tree: copy_non_py(src, tree),
-                                    marker=lambda tree: outdir.record_data(tree, meta), name=name)
+                                    marker=lambda tree: outdir.record_data(tree, meta),
+                                    # again, under DIR's lock: it may have changed while the series ran
+                                    check=lambda: outdir.check(out, force, name), name=name)
             run.extra["files_written"] = outdir.recorded(out)
     return run
 

@@ -39,7 +39,7 @@ def write_in_place(package: Path, changed: dict[str, bytes]) -> None:
 STAGING_PREFIX, STAGING_SUFFIX = ".sglang.", ".forgepatch"
 
 
-def write_out(package: Path, changed: dict[str, bytes], out_dir: Path, fill=None, marker=None,
+def write_out(package: Path, changed: dict[str, bytes], out_dir: Path, fill=None, marker=None, check=None,
               name: str = "sglang") -> Path:
     """Write a patched copy as ``out_dir/sglang``, built beside it and renamed into place;
     ``fill(tree)`` adds files the source tree lacks (a wheel's non-``.py`` files) first, and
@@ -49,8 +49,12 @@ def write_out(package: Path, changed: dict[str, bytes], out_dir: Path, fill=None
     ``out_dir/.sglang.*.forgepatch`` with its record; then the old copy moves into the
     staging directory, the new one into place (the commit point), the record after it. The
     next run finds a staging directory a killed run left and finishes it (the copy was
-    swapped in: its record follows) or undoes it (it was not: the old copy stays)."""
-    from forgepatch.infra.journal import notify, open_tree
+    swapped in: its record follows) or undoes it (it was not: the old copy stays).
+    ``check()`` runs under the lock, after that recovery (``outdir.check``: a concurrent run
+    into the same new DIR waits for this one instead of seeing its staging). The swap holds
+    off Ctrl-C (``journal.uninterrupted``); an interrupt before it removes only the staged
+    copy, record first (what is left reads as "not swapped in": rolled back)."""
+    from forgepatch.infra.journal import notify, open_tree, uninterrupted
     from forgepatch.patching.outdir import MARKER
 
     out_dir = Path(out_dir)
@@ -66,10 +70,13 @@ def write_out(package: Path, changed: dict[str, bytes], out_dir: Path, fill=None
     with open_tree(dest_parent, "apply --out", write=True):
         for left in sorted(dest_parent.glob(f"{STAGING_PREFIX}*{STAGING_SUFFIX}")):
             notify(_recover_out(left, final, dest_parent / MARKER))
+        if check is not None:
+            check()
         try:
             staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, suffix=STAGING_SUFFIX, dir=dest_parent))
         except OSError as exc:
             raise BadInput(f"--out: cannot write to {out_dir}: {exc.strerror}") from None
+        swapped = False
         try:
             tree = staging / "sglang"  # the staged copy (named so whatever the package)
             shutil.copytree(src, tree, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", STATE_DIR))
@@ -80,35 +87,51 @@ def write_out(package: Path, changed: dict[str, bytes], out_dir: Path, fill=None
             if marker is not None:
                 (staging / "marker").write_bytes(marker(tree))
             old = staging / "previous"
-            if final.exists():
-                os.replace(final, old)
-            try:
-                os.replace(tree, final)  # the commit point
-            except OSError:
-                if old.exists():
-                    os.replace(old, final)  # put the previous copy back
-                raise
-            if marker is not None:
-                os.replace(staging / "marker", dest_parent / MARKER)
+            with uninterrupted():
+                if final.exists():
+                    os.replace(final, old)
+                try:
+                    os.replace(tree, final)  # the commit point
+                except OSError:
+                    if old.exists():
+                        os.replace(old, final)  # put the previous copy back
+                    raise
+                swapped = True
+                if marker is not None:
+                    os.replace(staging / "marker", dest_parent / MARKER)
+                shutil.rmtree(staging, ignore_errors=True)
         except OSError as exc:
-            raise BadInput(f"--out: cannot write to {out_dir}: {exc.strerror}") from None
+            raise BadInput(f"--out: cannot write to {out_dir}: {_reason(exc)}") from None
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            if not swapped:  # the record first: a staged copy without one reads as not swapped in
+                (staging / "marker").unlink(missing_ok=True)
+                shutil.rmtree(staging, ignore_errors=True)
     return final
 
 
-def recover_out(out_dir: Path, name: str = "sglang") -> None:
+def _reason(exc: OSError) -> str:
+    return f"{exc.strerror} ({exc.filename})" if exc.filename else str(exc.strerror or exc)
+
+
+def recover_out(out_dir: Path, check=None, name: str = "sglang") -> None:
     """Finish or undo a killed ``--out`` run's write into ``out_dir`` (before anything looks
-    at what is there)."""
+    at what is there), then ``check()`` it, under its lock: a run writing there meanwhile is
+    waited for, never seen half-swapped."""
     from forgepatch.infra.journal import notify, open_tree
     from forgepatch.patching.outdir import MARKER
 
     dest = Path(out_dir)
-    if not dest.is_dir() or not any(dest.glob(f"{STAGING_PREFIX}*{STAGING_SUFFIX}")):
+    if not dest.is_dir():  # a new DIR (or not a directory: check says so)
+        if check is not None:
+            check()
+        return
+    if check is None and not any(dest.glob(f"{STAGING_PREFIX}*{STAGING_SUFFIX}")):
         return
     with open_tree(dest, "apply --out", write=True):
         for left in sorted(dest.glob(f"{STAGING_PREFIX}*{STAGING_SUFFIX}")):
             notify(_recover_out(left, dest / name, dest / MARKER))
+        if check is not None:
+            check()
 
 
 def _recover_out(staging: Path, final: Path, marker: Path) -> str:

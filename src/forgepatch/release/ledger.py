@@ -7,8 +7,9 @@
 
 Entries form a hash chain: ``digest`` is the sha256 of the entry's canonical JSON without
 ``digest``, and ``prev`` is the previous entry's digest (``""`` for the first), so an edited,
-reordered or deleted entry shows. Writers hold ``<ledger>.lock`` (filelock), re-read the file
-under it, check that the chain is intact, and replace the file atomically (temp file in the
+reordered or deleted entry shows. Writers hold the ledger's lock (``journal.path_lock``: a
+file in the user cache dir keyed by the ledger's path, never inside the committed ledger
+directory; ``FORGEPATCH_LOCK_TIMEOUT``, default 120 s), re-read the file under it, check that the chain is intact, and replace the file atomically (temp file in the
 same directory, fsync, rename): a crash leaves the old or the new ledger, never half of one.
 Results files a release relied on are archived next to it, content-addressed
 (``results/<sha256>.json``), so ``verify`` can re-check them later.
@@ -95,20 +96,13 @@ class Ledger:
         return doc["releases"]
 
     @contextmanager
-    def lock(self, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+    def lock(self, timeout: float | None = None) -> Iterator[None]:
         """Exclusive lock for a read-check-append cycle (other releases wait their turn)."""
-        from filelock import FileLock, Timeout
+        from forgepatch.infra.journal import lock_timeout, path_lock
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(str(self.path) + ".lock", timeout=timeout)
-        try:
-            lock.acquire()
-        except Timeout:
-            raise Failure(f"{self.path}: another release holds {lock.lock_file} (waited {timeout:g} s)") from None
-        try:
+        with path_lock(self.path, "release (the ledger)", lock_timeout(LOCK_TIMEOUT_S) if timeout is None else timeout):
             yield
-        finally:
-            lock.release()
 
     def head(self) -> str:
         """The digest of the last entry ("" for an empty or absent ledger)."""

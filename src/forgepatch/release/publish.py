@@ -6,6 +6,13 @@ refused (tags never move and are never deleted). A new release then: archives th
 file(s) next to the ledger, creates the annotated tag on the fork branch head, points the
 image's ``validated`` tag at the image, and appends the ledger entry — the commit point. If
 a step after the git tag fails, the tag and image tag this run made are rolled back.
+
+The registry tags come after the commit point, journaled (``release.pending``): the release
+records them as pending before it appends its entry, then points them at the digest and
+clears the record. A run killed or failed in between leaves the record; the next ``release``
+completes the tags of a release whose entry is in the ledger, or drops the record of one
+whose entry is not (nothing was tagged then), and says so in one line. So the registry never
+carries the tags of a release the ledger does not have.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from forgepatch.infra.gitrepo import format_trailers
 from forgepatch.errors import BadInput, Failure
 from forgepatch.infra.gitrepo import TagFacts
 from forgepatch.release import evidence as ev
+from forgepatch.release import pending
 from forgepatch.release.check import Combination, Evaluation, Inputs, Reason, evaluate, pairs
 from forgepatch.release.ledger import Ledger, chain_problem
 
@@ -162,6 +170,8 @@ def release(inp: Inputs, ledger: Ledger, arch: str | None = None, pin: str | Non
 
     Pairs without any smoke job in the results are ``skipped`` unless both ``arch`` and
     ``pin`` name them (then they are refused for missing results)."""
+    if not dry_run:
+        pending.recover(ledger)  # registry tags of an interrupted release: set, or the record dropped
     targets = pairs(inp.matrix, arch, pin)
     if not targets:
         raise BadInput("no arch/pin pair of matrix.toml matches --arch/--pin")
@@ -262,55 +272,39 @@ def _publish(inp: Inputs, ledger: Ledger, out: Outcome, comb: Combination, exist
     draft["prev"] = ledger.head()
     trailers = integrity.tag_trailers(draft)
     created = None
-    # the registry first: a registry that refuses leaves no git tag and no ledger entry
-    remote_before = _promote(out)
-    try:
-        if existing is None:
-            created = inp.repo.create_tag(out.tag, comb.commit, tag_message(comb, out.tag, trailers))
-            if created is None:  # lost a race to a process using another ledger
-                existing = inp.repo.tag(out.tag)
-                if existing is None or not existing.annotated or tag_identity(existing) != comb.identity():
-                    out.reasons.append(Reason("tag-taken", f"tag {out.tag} was just created by another process for a different combination"))
-                    _undo_remote(out, remote_before)
-                    return out
-        differ = [k for k, v in trailers.items() if existing is not None and existing.trailers.get(k) != v]
-        if created is None and differ:
-            out.reasons.append(Reason("tag-unrecorded", (
-                f"tag {out.tag} exists (left by an interrupted release?) but its {', '.join(differ)} "
-                f"do(es) not match this release's ledger entry; check it, delete it (git tag -d {out.tag}) and release again")))
-            _undo_remote(out, remote_before)
-            return out
-    except BaseException:
-        _undo_remote(out, remote_before)
-        raise
+    if existing is None:
+        created = inp.repo.create_tag(out.tag, comb.commit, tag_message(comb, out.tag, trailers))
+        if created is None:  # lost a race to a process using another ledger
+            existing = inp.repo.tag(out.tag)
+            if existing is None or not existing.annotated or tag_identity(existing) != comb.identity():
+                out.reasons.append(Reason("tag-taken", f"tag {out.tag} was just created by another process for a different combination"))
+                return out
+    differ = [k for k, v in trailers.items() if existing is not None and existing.trailers.get(k) != v]
+    if created is None and differ:
+        out.reasons.append(Reason("tag-unrecorded", (
+            f"tag {out.tag} exists (left by an interrupted release?) but its {', '.join(differ)} "
+            f"do(es) not match this release's ledger entry; check it, delete it (git tag -d {out.tag}) and release again")))
+        return out
     facts = created or existing
     local = comb.image.local
     before = ev.resolve_tag(api, validated) if local else None
     try:
         if local:
             ev.set_image_tag(api, comb.image.id, validated)
-        out.entry = ledger.append({**draft, "tag_object": facts.object})
+        if out.promotion is not None:  # the registry tags to set once the entry is written
+            pending.add(ledger, out.tag, out.promotion)
+        out.entry = ledger.append({**draft, "tag_object": facts.object})  # the commit point
     except BaseException:
+        if out.promotion is not None:
+            pending.drop(ledger, out.tag)
         if created is not None:  # roll back the tag this run made (only if it is still ours)
             inp.repo.delete_ref(f"refs/tags/{created.name}", created.object)
         if local and before and before != comb.image.id:
             ev.set_image_tag(api, before, validated)
         elif local and not before:
             ev.remove_image_tag(api, validated)
-        _undo_remote(out, remote_before)
         raise
+    if out.promotion is not None:
+        pending.complete(ledger, out.tag)  # rolled forward by the next release if this fails
     out.status = "released" if created is not None else "recorded"
     return out
-
-
-def _promote(out: Outcome) -> dict[str, str | None] | None:
-    from forgepatch.release import promote
-
-    return promote.promote(out.promotion) if out.promotion is not None else None
-
-
-def _undo_remote(out: Outcome, before: dict[str, str | None] | None) -> None:
-    from forgepatch.release import promote
-
-    if out.promotion is not None and before is not None:
-        promote.undo(out.promotion, before)

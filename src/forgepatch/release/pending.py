@@ -1,0 +1,106 @@
+"""The registry tags of a release, journaled around the ledger's commit point.
+
+``release`` records the tags it is about to set (``add``) before it appends its ledger entry
+(the commit point), sets them after (``complete``), and clears the record. The record is one
+JSON file per ledger in the user cache dir (keyed by the ledger's path: ``releases/`` holds
+nothing but what is committed)::
+
+    {"format": "forgepatch-pending-tags/1", "ledger": "/…/releases/ledger.json",
+     "releases": {"forgepatch/v0.5.23/sm120": {"digest": "repo@sha256:…", "tags": [...], "pid": 42}}}
+
+The next ``release`` (``recover``) finishes what a killed or failed run left: a release
+whose entry is in the ledger gets its tags (rolled forward); one whose entry is not had set
+none, and its record is dropped (rolled back). Each says so in one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from forgepatch.errors import BadInput, Failure, ForgepatchError
+
+FORMAT = "forgepatch-pending-tags/1"
+
+
+def _path(ledger) -> Path:
+    from forgepatch.infra.journal import sha256
+    from forgepatch.paths import cache_dir
+
+    return cache_dir("pending-tags") / f"{sha256(str(Path(ledger.path).resolve()).encode())[:32]}.json"
+
+
+def _read(ledger) -> dict[str, Any]:
+    path = _path(ledger)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        if doc.get("format") != FORMAT or not isinstance(doc.get("releases"), dict):
+            raise ValueError(f"format {doc.get('format')!r}")
+        return doc
+    except FileNotFoundError:
+        return {"format": FORMAT, "ledger": str(Path(ledger.path).resolve()), "releases": {}}
+    except (OSError, ValueError, AttributeError) as exc:
+        raise BadInput(f"{path}: unreadable record of an interrupted release's registry tags ({exc}); "
+                       f"inspect it, then remove it") from None
+
+
+def _write(ledger, doc: dict[str, Any]) -> None:
+    from forgepatch.infra.atomic import write_atomic
+
+    path = _path(ledger)
+    if doc["releases"]:
+        write_atomic(path, json.dumps(doc, indent=1) + "\n", durable=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def add(ledger, tag: str, promotion) -> None:
+    """Record the registry tags ``tag``'s release will set (before its ledger entry)."""
+    doc = _read(ledger)
+    doc["releases"][tag] = {"digest": promotion.digest, "tags": list(promotion.tags), "pid": os.getpid()}
+    _write(ledger, doc)
+
+
+def drop(ledger, tag: str) -> None:
+    doc = _read(ledger)
+    if doc["releases"].pop(tag, None) is not None:
+        _write(ledger, doc)
+
+
+def complete(ledger, tag: str) -> list[str]:
+    """Point the recorded tags of ``tag`` at its digest, then clear the record; returns the
+    tags set. Failure (the record stays for the next release) when the registry refuses."""
+    from forgepatch.release import promote
+
+    rec = _read(ledger)["releases"].get(tag)
+    if rec is None:
+        return []
+    promo = promote.Promotion(rec["digest"], list(rec["tags"]))
+    try:
+        promote.promote(promo)
+    except (ForgepatchError, OSError) as exc:
+        raise Failure(f"{tag}: released (its ledger entry is written), but the registry did not take its tags "
+                      f"{', '.join(promo.refs())} ({' '.join(str(exc).split())[:200]}); the next `forgepatch release` "
+                      f"sets them") from None
+    drop(ledger, tag)
+    return promo.refs()
+
+
+def recover(ledger) -> None:
+    """Finish (entry in the ledger) or drop (no entry) every release's pending registry tags."""
+    from forgepatch.infra.journal import notify
+
+    if not _path(ledger).is_file():
+        return
+    with ledger.lock():
+        released = {e.get("tag") for e in ledger.read(required=False)}
+        for tag in list(_read(ledger)["releases"]):
+            if tag in released:
+                refs = complete(ledger, tag)
+                notify(f"{ledger.path}: completed an interrupted release of {tag}: registry tag(s) {', '.join(refs)} set")
+            else:
+                drop(ledger, tag)
+                notify(f"{ledger.path}: rolled back an interrupted release of {tag} (its ledger entry was never "
+                       f"written; no registry tag had been set)")
