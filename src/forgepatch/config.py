@@ -519,3 +519,17 @@ def load_matrix(path: Path, patches: PatchCatalog | None = None) -> Matrix:
                     loc = ("arches", name, "patches")
                     raise BadInput(located(path, key_line(text, loc), f"arches.{name}.patches: {library.missing(patch)}"))
     return matrix
+
+
+def default_config(explicit: Path | None = None) -> Path:
+    """``--config`` if given, else ``./matrix.toml``, else the shipped default. An interrupted
+    ``init``/``pin add`` in that directory is finished (or undone) first (``journal``)."""
+    from forgepatch.infra.journal import recover_tree
+
+    chosen = explicit if explicit is not None else Path("matrix.toml")
+    recover_tree(chosen.parent)
+    if explicit is not None:
+        return explicit
+    from forgepatch.paths import SHIPPED_MATRIX
+
+    return chosen if chosen.is_file() else SHIPPED_MATRIX

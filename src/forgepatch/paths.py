@@ -41,18 +41,6 @@ def cache_dir(*parts: str) -> Path:
     return path
 
 
-def default_config(explicit: Path | None = None) -> Path:
-    """``--config`` if given, else ``./matrix.toml``, else the shipped default. An interrupted
-    ``init``/``pin add`` in that directory is finished (or undone) first (``journal``)."""
-    from forgepatch.infra.journal import recover_tree
-
-    chosen = explicit if explicit is not None else Path("matrix.toml")
-    recover_tree(chosen.parent)
-    if explicit is not None:
-        return explicit
-    return chosen if chosen.is_file() else SHIPPED_MATRIX
-
-
 def check_path(path: Path, flag: str, want: str = "any") -> Path:
     """A path from the command line, checked before use: one-line BadInput (naming ``flag``)
     for a name too long, a symlink loop, a dangling link, a special file or the wrong kind.

@@ -27,7 +27,7 @@ class State:
         shipped one, validated; ``check_patches`` also checks the patch names against the
         patch dir (commands that read no patches skip it)."""
         from forgepatch.config import load_matrix
-        from forgepatch.paths import default_config
+        from forgepatch.config import default_config
 
         return load_matrix(default_config(self.config_path), self.patches() if check_patches else None)
 
