@@ -376,7 +376,7 @@ class Monitor:
 
     def _label(self, best: Hit) -> str:
         """The winner's label; a wrapper's ("Capture cuda graph failed") carries its inner cause."""
-        if best.signature != "capture-failed" or best.label != SIGNATURE_BY_ID["capture-failed"].label:
+        if best.signature != "capture-failed" or ":" in best.label:  # its own line named the cause
             return best.label
         inner = [h for h in self.active if h.signature not in _NOT_A_CAUSE]
         cause = min(inner, key=lambda h: (-h.rank, h.lineno)) if inner else None

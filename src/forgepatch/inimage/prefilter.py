@@ -10,6 +10,7 @@ the regex is then always run, so a pre-check can only skip work, never a match.
 
 from __future__ import annotations
 
+import functools
 import re
 
 try:  # the parser behind re.compile (Python 3.11+: re._parser; before: sre_parse)
@@ -94,6 +95,7 @@ def _choose_all(alts: list[list]) -> tuple[str, ...] | None:
     return tuple(out)
 
 
+@functools.lru_cache(maxsize=512)
 def needles(pattern: str) -> tuple[str, ...] | None:
     """Literals of which every match of ``pattern`` contains at least one (see the module), or
     None when no safe set exists."""
