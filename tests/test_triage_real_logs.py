@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from forgepatch.inimage.monitor import Monitor, triage_lines
+from forgepatch.inimage.monitor import triage_lines
 from forgepatch.inimage.prefilter import Prefilter
 from forgepatch.inimage.signatures import CUDA_ERRORS, SIGNATURE_BY_ID, SIGNATURES
 

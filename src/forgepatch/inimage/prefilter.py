@@ -2,10 +2,11 @@
 cannot match it, so the regex is not run (Python's ``re`` scans every position of an
 alternation; a substring test is one C scan). Stdlib only (it runs inside images too).
 
-``needles(pattern)`` reads the pattern's parse tree: for each top-level alternative, the longest
-run of literal characters that every match of that alternative contains. None means "no safe
-pre-check" (an alternative without such a run, flags it cannot honour, a parser it does not know):
-the regex is then always run, so a pre-check can only skip work, never a match.
+``needles(pattern)`` reads the pattern's parse tree: for each top-level alternative, a literal
+run every match of it contains (or, for a mandatory alternation inside it, one literal per
+branch). None means "no safe pre-check" (an alternative without such a literal, flags it cannot
+honour, a parser it does not know): the regex is then always run, so a pre-check can only skip
+work, never a match (tests/test_triage_real_logs.py checks it on every real log line).
 """
 
 from __future__ import annotations
