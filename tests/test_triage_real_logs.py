@@ -213,6 +213,10 @@ def test_nccl_last_error_reason_is_in_the_label():
     ])
     assert t.signature == "nccl-error"
     assert t.label == "NCCL error: socketStartConnect: Connect to 10.0.0.2<43127> failed : Software caused connection abort"
+    # a launcher's per-rank prefix (torchrun's "[trainer0|0]:") does not hide it
+    t = triage_lines(["[trainer0|0]:ncclInternalError: Internal check failed.", "[trainer0|0]:Last error:",
+                      "[trainer0|0]:ncclSocketInit: connecting to address with family 59936 is neither AF_INET"])
+    assert t.signature == "nccl-error" and t.label.startswith("NCCL error: [trainer0|0]:ncclSocketInit: connecting")
 
 
 @pytest.mark.parametrize("line, sig", [

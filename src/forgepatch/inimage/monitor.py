@@ -53,7 +53,7 @@ _EXIT_LINE = re.compile(r"\[forgepatch\] exit code=(?P<code>-?\d+)")
 _TIMEOUT_LINE = re.compile(r"\[forgepatch\] timeout")
 _BEAT = re.compile(r"\b(?:Decode|Prefill) batch[ ,\[]")  # SGLang's scheduler is still computing
 _FRAME = re.compile(r"^frame #\d+: ")  # a C++ stack frame torch prints under its errors
-_LAST_ERROR = re.compile(r"^\s*(?:\S+\s)?Last error:\s*$")  # NCCL: the reason follows on the next line
+_LAST_ERROR = re.compile(r"Last error:\s*$")  # NCCL: the reason follows on the next line
 _ERRORISH = ("error", "fail", "fatal", "exception", "abort", "assert", "illegal", "denied", "refused", "cannot")
 _NOT_A_CAUSE = frozenset({"capture-failed", "sigquit", "unknown-crash", "timeout", "exit"})
 _MAX_LINE = 500
@@ -265,7 +265,7 @@ class Monitor:
                     hit = self._hit(sig, sig.describe(m.groupdict()), no, short)
                     if hit:
                         events.append(Event("error", sig.id, hit.label, no, short, hit.at))
-        if "Last error:" in line and _LAST_ERROR.match(line):
+        if "Last error:" in line and _LAST_ERROR.search(line):
             self._awaiting_reason = next((h for h in reversed(self.active) if h.signature == "nccl-error"), None)
         if "[forgepatch" in line:
             if m := _EXIT_LINE.search(line):
