@@ -172,6 +172,13 @@ def test_an_exit_code_of_a_signal_is_a_crash(code, name):
     assert t.error_line == "loading shard 3 of 8"
 
 
+def test_a_server_stopped_on_purpose_is_not_a_crash():
+    """SIGTERM is how a server is stopped: after readiness the log is ok, before it unverified."""
+    stop = "bash: line 1:  4242 Terminated              python3 -m sglang.launch_server --model-path m"
+    assert triage_lines(START + [stop]).verdict == "ok"
+    assert triage_lines(START[:3] + [stop]).verdict == "unverified"
+
+
 def test_a_plain_error_exit_is_still_an_exit_code():
     t = triage_lines(START[:3], exit_code=3)
     assert t.signature == "exit" and t.label == "exit code 3"

@@ -457,7 +457,7 @@ SIGNATURES: tuple[Signature, ...] = (
     Signature(
         "unknown-crash",
         r"^.*?: line \d+:\s+\d+ (?P<shell>Segmentation fault|Bus error|Aborted|Killed|Illegal instruction"
-        r"|Floating point exception|Terminated|Trace/breakpoint trap)"
+        r"|Floating point exception|Trace/breakpoint trap)"
         r"|^\s*(?P<bare>Segmentation fault|Bus error|Aborted|Killed|Illegal instruction|Floating point exception)"
         r"(?: \(core dumped\))?\s*$"
         r"|(?P<fatal>Fatal Python error: .+)"
