@@ -137,6 +137,18 @@ def test_noisy_logs_name_the_end_not_the_recovered_retractions():
     assert "traceback" in t.also_seen and t.signature == "illegal-memory-access"
 
 
+def test_the_noisy_logs_before_their_failure_are_healthy():
+    """Cut just before the real failure, each noisy log (readiness, 20k lines of serving, hundreds
+    of recovered retractions) is ok, not failed and not unverified."""
+    for name in ("noisy-serving-watchdog.log.gz", "noisy-serving-illegal-address.log.gz"):
+        lines = lines_of(name)
+        end = triaged(name).error_lineno
+        cut = next(i for i in range(end - 1, 0, -1) if "Decode batch" in lines[i - 1])
+        t = triage_lines(lines[:cut])
+        assert not t.failed and t.verdict == "ok", (name, t.to_dict())
+        assert t.evidence.startswith("server reported ready") and t.notes[0]["id"] == "decode-retract"
+
+
 def test_watchdog_is_named_not_torch_prose_about_network_errors():
     t = triaged("watchdog-timeout.log")
     assert "network errors" not in t.error_line and "nccl-error" in t.also_seen
