@@ -23,6 +23,11 @@ from forgepatch.inimage.signatures import SIGNATURES, advice
 from forgepatch.smoke import report
 
 ROOT = Path(__file__).resolve().parents[1]
+LOGS = ROOT / "tests" / "fixtures" / "logs"  # real failures made on an H200 (docs/gpu-runs/triage-logs/)
+
+
+def real(name: str) -> list[str]:
+    return (LOGS / name).read_text().splitlines()
 
 START = [
     "[2026-11-30 10:00:00] server_args=ServerArgs(model_path='m', tp_size=8)",
@@ -139,6 +144,32 @@ CASES = {
             "    from sglang.lang.api import (",
             "ModuleNotFoundError: No module named 'pybase64'",
         ], "SGLang #13276", "install the missing package", "start-up"),
+    # issue 24: classes from real logs (each fault in its own process on an H200, output unedited)
+    "nccl-watchdog-timeout": (real("watchdog-timeout.log"), "PyTorch #118369", "did not reach the collective",
+                              "start-up"),
+    "nccl-duplicate-gpu": (real("duplicate-gpu.log"), "Megatron-LM #661", "torch.cuda.set_device(local_rank)",
+                           "start-up"),
+    "nccl-no-socket": (real("nccl-no-socket-interface.log"), "NCCL #1837", "NCCL_SOCKET_IFNAME", "start-up"),
+    "ptx-too-new": (real("ptx-isa-too-new.log"), "FasterTransformer #551", "driver", "start-up"),
+    "ptx-invalid": (real("ptx-arch-too-new.log"), "SGLang #7249", "virtual arch", "start-up"),
+    "triton-shared-memory": (real("triton-shared-memory.log"), "SGLang #28019", "num_stages", "start-up"),
+    "cublas-invalid-value": (real("cublas-invalid-value.log"), "CTranslate2 #1490", "leading dimensions",
+                             "start-up"),
+    "capture-unsupported": (real("capture-sync.log"), "PyTorch #87794", "warm-up", "graph capture"),
+    "capture-unjoined": (real("capture-unjoined.log"), "DeepEP #62", "wait_stream", "graph capture"),
+    "capture-cpu-copy": (real("capture-cpu-copy.log"), "PyTorch PR #172156", "pin_memory=True", "graph capture"),
+    # written from the issues' text: the consequence alone, and a stream-boundary rule
+    "capture-invalidated": (
+        ["Traceback (most recent call last):",
+         '  File "/x/graphs.py", line 126, in capture_end',
+         "    super().capture_end()",
+         "torch.AcceleratorError: CUDA error: operation failed due to a previous error during capture",
+         "Search for `cudaErrorStreamCaptureInvalidated' in https://docs.nvidia.com/cuda/ for more information."],
+        "mujoco_warp #425", "first error", "graph capture"),
+    "capture-rule": (
+        ["Warp CUDA error 906: operation would make the legacy stream depend on a capturing blocking stream "
+         "(in function cuda_context_set_stream, warp.cu:2151)"],
+        "warp #653", "join every fork", "graph capture"),
 }
 
 

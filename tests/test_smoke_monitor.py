@@ -194,8 +194,12 @@ def test_triage_cli_file_stdin_json(logs):
     doc = json.loads(r.stdout)
     assert r.returncode == 1 and doc["signature"] == "cublas-gemm-execution-failed" and doc["failing_phase"] == "graph capture"
     assert doc["error_lineno"] == next(i for i, ln in enumerate(path.read_text().splitlines(), 1) if "CUBLAS_STATUS" in ln)
-    ok = run_cli("triage", "-", stdin="[t] server_args=ServerArgs(x)\n[t] Load weight begin.\n")
-    assert ok.returncode == 0 and "no failure signature" in ok.stdout
+    # no failure but no evidence of health either: unverified, exit 1 (issue 24: unknown is never ok)
+    unverified = run_cli("triage", "-", stdin="[t] server_args=ServerArgs(x)\n[t] Load weight begin.\n")
+    assert unverified.returncode == 1 and "no failure signature" in unverified.stdout
+    assert "unverified" in unverified.stdout
+    ok = run_cli("triage", "-", stdin="[t] server_args=ServerArgs(x)\n[t] The server is fired up and ready to roll!\n")
+    assert ok.returncode == 0 and "no failure signature" in ok.stdout and "ok (server reported ready" in ok.stdout
 
 
 def test_triage_cli_bad_input():

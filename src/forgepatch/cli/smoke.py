@@ -141,7 +141,7 @@ def _triage(
         out.print(f"log:           {t.log_path} ({t.lines} lines)", markup=False)
         out.print(f"last phase:    {t.last_phase_label or 'none'}" + (f" (line {t.last_phase_lineno})" if t.last_phase_lineno else ""), markup=False)
         if t.signature:
-            verdict = "FAILED" if t.failed else "recovered (the run progressed past it)"
+            verdict = "FAILED" if t.failed else "ok; the run progressed past it" if t.evidence else "unverified"
             out.print(f"verdict:       {verdict}", markup=False)
             out.print(f"signature:     {t.label} [{t.signature}]", markup=False)
             if t.failing_phase:
@@ -158,15 +158,22 @@ def _triage(
                 out.print(f"known issue:   {sig['known_issue']}", markup=False)
             if sig["workaround"]:
                 out.print(f"workaround:    {sig['workaround']}", markup=False)
+        elif t.evidence:
+            out.print(f"verdict:       ok ({t.evidence}); no failure signature found", markup=False)
         else:
-            out.print("verdict:       no failure signature found", markup=False)
+            out.print("verdict:       unverified: no failure signature found, and no evidence of health "
+                      "(the readiness marker, exit code 0)", markup=False)
+        if t.evidence and t.signature:
+            out.print(f"evidence:      {t.evidence}", markup=False)
         for n in t.notes:
-            out.print(f"note:          line {n['lineno']}: {n['label']}" + (f" ({n['advice']})" if n["advice"] else ""),
+            count = f" (x{n['count']})" if n.get("count", 1) > 1 else ""
+            out.print(f"note:          line {n['lineno']}: {n['label']}{count}" + (f" ({n['advice']})" if n["advice"] else ""),
                       markup=False)
-    if t.failed:
+    if t.verdict != "ok":  # unknown is never ok: unverified exits 1 like a failure
         from forgepatch.errors import Failure
 
-        raise Failure(f"{t.log_path}: {t.summary}" + (f" ({t.advice})" if t.advice else ""))
+        where = f"{t.log_path}:{t.error_lineno}" if t.error_lineno else f"{t.log_path}"
+        raise Failure(f"{where}: {t.summary}" + (f" ({t.advice})" if t.advice else ""))
 
 
 def _matrix(

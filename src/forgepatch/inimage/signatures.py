@@ -47,7 +47,15 @@ class Signature:
     def describe(self, groups: dict[str, str | None], long: bool = False) -> str:
         """``label`` (or, with ``long``, ``detail``) filled with a match's named groups."""
         text = render(self.detail, groups) if long and self.detail else ""
-        return text or render(self.label, groups)
+        text = text or render(self.label, groups)
+        enum = groups.get("cuda_enum") or groups.get("cuda_name")
+        code = groups.get("cuda_code") or groups.get("cuda_num")
+        if enum or code:  # matched by a CUDA error's name or number: say which
+            err = CUDA_ERROR_BY_NAME.get(enum or "") or CUDA_ERROR_BY_CODE.get(int(code or -1))
+            name = enum or (err.runtime if err else "")
+            num = code or (str(err.number) if err else "")
+            text += f" ({name}" + (f", code {num}" if num else "") + ")"
+        return text
 
     def advice(self) -> str:
         """``known issue: SGLang #15650; workaround: ...`` (empty when the field gave none)."""
@@ -201,6 +209,146 @@ SIGNATURES: tuple[Signature, ...] = (
         known="SGLang #31740, #19081 (B300)",
         workaround="on sm103 with EP > 1: --disable-cuda-graph, or the sm103 patch's guard; TP with graphs works",
     ),
+    Signature(
+        "ptx-too-new",
+        r"the provided PTX was compiled with an unsupported toolchain"
+        r"|CUDA driver version is insufficient for CUDA runtime version",
+        93,
+        "PTX or CUDA toolkit newer than the driver",
+        summary="kernels built by a CUDA toolkit newer than the driver (a PTX ISA the driver's JIT does not know)",
+        known="NVIDIA/FasterTransformer #551; cuda_memtest #31 (toolkit 11.3, older driver)",
+        workaround="install a driver that supports the toolkit that built the kernels (nvidia-smi shows the "
+                   "driver's CUDA version), or build them with a toolkit no newer than the driver",
+    ),
+    Signature(
+        "ptx-invalid",
+        r"a PTX JIT compilation failed",
+        93,
+        "the driver could not JIT the PTX",
+        summary="PTX the driver refused: built for a newer virtual arch than this GPU (compute_120 PTX on sm_90), "
+                "or corrupt",
+        known="SGLang #7249, vLLM #18995 (the kernel wheel has no code for the GPU)",
+        workaround="build the kernels with SASS for this GPU or PTX for a virtual arch no newer than it; "
+                   "`forgepatch audit --arch ARCH --image IMAGE` names the library without code for it",
+    ),
+    Signature(
+        "triton-shared-memory",
+        r"OutOfResources: out of resource: shared memory,? ?Required: (?P<need>\d+),? ?Hardware limit: (?P<limit>\d+)",
+        92,
+        "Triton kernel needs {need} B of shared memory, the GPU has {limit} B",
+        summary="a Triton config tuned for a GPU with more shared memory per block (datacenter defaults on "
+                "sm120/sm121, whose limit is 101376 B)",
+        known="SGLang #28019, #21782 (fused-MoE defaults on sm121/sm120), SGLang PR #28038; Triton #8182",
+        workaround="use a Triton config tuned for this GPU (SGLang: a fused_moe config JSON for the device), or "
+                   "lower BLOCK sizes / num_stages until the tiles fit",
+    ),
+    Signature(
+        "cublas-invalid-value",
+        r"CUBLAS_STATUS_INVALID_VALUE(?: when calling `?(?P<call>[A-Za-z0-9_]+))?"
+        r"|On entry to (?P<fn>\w+)\s+parameter number (?P<param>\d+) had an illegal value",
+        91,
+        "CUBLAS_STATUS_INVALID_VALUE[ when calling {call}][: {fn} parameter {param} is illegal]",
+        summary="cuBLAS refused the call's arguments before running anything (shapes, leading dimensions, "
+                "pointer mode): a caller or shape bug, not a GPU fault (EXECUTION_FAILED is the GPU fault)",
+        known="OpenNMT/CTranslate2 #1490, ztxz16/fastllm #277 (batch 15: m < k and m < n)",
+        workaround="check the GEMM's shapes and leading dimensions (cuBLAS prints `parameter number N had an "
+                   "illegal value`); with torch, also the CUDA/cuBLAS pair the wheel was built for",
+    ),
+    Signature(
+        "nccl-duplicate-gpu",
+        r"Duplicate GPU detected : (?P<what>rank \d+ and rank \d+ both on CUDA device \w+)",
+        89,
+        "NCCL: duplicate GPU ({what})",
+        summary="two ranks of one communicator on the same GPU (a device map or CUDA_VISIBLE_DEVICES mistake)",
+        known="NVIDIA/Megatron-LM #661, NCCL #1241",
+        workaround="one GPU per rank: torch.cuda.set_device(local_rank) before init_process_group, and check "
+                   "CUDA_VISIBLE_DEVICES of each process",
+    ),
+    Signature(
+        "nccl-no-socket",
+        r"Bootstrap : no (?:NCCL_SOCKET_IFNAME )?socket interface found|no socket interface found",
+        89,
+        "NCCL: no socket interface found",
+        summary="NCCL's bootstrap found no network interface to use (NCCL_SOCKET_IFNAME names none that exists)",
+        known="NCCL #1837 (NCCL_SOCKET_IFNAME set to a missing interface), NCCL #286",
+        workaround="set NCCL_SOCKET_IFNAME to an interface the host has (`ip -br link`), or unset it "
+                   "(default ^lo,docker)",
+    ),
+    Signature(
+        "nccl-watchdog-timeout",
+        r"Watchdog caught collective operation timeout: WorkNCCL\((?:SeqNum=(?P<seq>\d+), )?OpType=(?P<op>\w+)"
+        r".*?\) ran for (?P<ran>\d+) milliseconds",
+        88,
+        "NCCL watchdog: {op} timed out after {ran} ms",
+        summary="a collective never completed: a rank hung, died or diverged, or a kernel held the stream "
+                "ahead of it (the watchdog then takes the process down)",
+        detail="NCCL watchdog: {op}[ (SeqNum {seq})] timed out after {ran} ms",
+        known="PyTorch #118369, SGLang #1693",
+        workaround="find the rank that did not reach the collective (its log's first error or its stack in the "
+                   "flight recorder, TORCH_NCCL_TRACE_BUFFER_SIZE); raise the timeout only for a legitimately "
+                   "long step",
+    ),
+    Signature(
+        "misaligned-address",
+        r"(?<![\w-])misaligned address",
+        90,
+        "CUDA misaligned address",
+        summary="a kernel read or wrote through a pointer not aligned to its access size",
+    ),
+    Signature(
+        "launch-failure",
+        r"unspecified launch failure",
+        88,
+        "CUDA unspecified launch failure",
+        summary="a kernel faulted on the GPU (the CUDA equivalent of a segfault)",
+    ),
+    # -- CUDA graph capture rules: each can only happen while a stream is capturing -----------
+    Signature(
+        "capture-unsupported",
+        r"operation not permitted when stream is capturing",
+        78,
+        "a call not permitted while the stream is capturing",
+        phase="graph capture",
+        summary="a synchronising call ran inside CUDA graph capture (synchronize, .item(), a sync allocation, "
+                "a first cuBLAS use)",
+        known="PyTorch #87794, onnxruntime #15002",
+        workaround="do the call (or the first use that triggers it) in warm-up before capture; the first "
+                   "traceback names it",
+    ),
+    Signature(
+        "capture-unjoined",
+        r"capturing stream has unjoined work",
+        78,
+        "capturing stream has unjoined work",
+        phase="graph capture",
+        summary="work forked onto a side stream during capture was never joined back before capture ended",
+        known="deepseek-ai/DeepEP #62",
+        workaround="join every side stream back into the capturing stream (capture_stream.wait_stream(side)) "
+                   "before capture ends",
+    ),
+    Signature(
+        "capture-cpu-copy",
+        r"Cannot copy between CPU and CUDA tensors during CUDA graph capture",
+        78,
+        "CPU<->CUDA copy of an unpinned tensor during graph capture",
+        phase="graph capture",
+        summary="torch refuses a copy from pageable CPU memory inside capture (it would not be replayed)",
+        known="PyTorch PR #172156 (the check), PyTorch #171894",
+        workaround="pin the CPU tensor (pin_memory=True) or move the copy out of the captured region",
+    ),
+    Signature(
+        "capture-rule",
+        r"operation would result in a merge of separate capture sequences"
+        r"|capture was not ended in the same stream as it began"
+        r"|dependency created on uncaptured work in another stream"
+        r"|operation would make the legacy stream depend on a capturing blocking stream",
+        76,
+        "a CUDA stream capture rule was broken",
+        phase="graph capture",
+        summary="capture crossed a stream or capture-sequence boundary CUDA forbids",
+        known="NVIDIA/warp #653 (legacy stream during capture)",
+        workaround="capture on one non-default stream and join every fork back to it",
+    ),
     # -- generic errors ------------------------------------------------------------------------
     Signature(
         "cublas",
@@ -249,8 +397,8 @@ SIGNATURES: tuple[Signature, ...] = (
     Signature(
         "cuda-error",
         r"CUDA error: (?P<what>[^.\n]+)",
-        70,
-        "CUDA error: {what}",
+        58,  # below every class a CUDA error maps to, and below the capture wrapper that carries it
+        "CUDA error[: {what}]",
         summary="a CUDA runtime call failed",
     ),
     Signature(
@@ -264,19 +412,21 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     Signature(
         "capture-failed",
-        r"(?i)Capture (?:\S+ )?cuda graph failed",
+        r"(?i)Capture (?:\S+ )?cuda graph failed(?::\s*(?P<cause>\S.*))?",
         60,
-        "Capture cuda graph failed",
+        "Capture cuda graph failed[: {cause}]",
         phase="graph capture",
         summary="CUDA graph capture raised",
     ),
     Signature(
         "capture-invalidated",
-        r"operation not permitted when stream is capturing|cudaErrorStreamCapture(?P<what>\w+)",
-        60,
+        r"operation failed due to a previous error during capture",
+        62,
         "CUDA stream capture invalidated",
         phase="graph capture",
-        summary="a call that is not allowed during CUDA graph capture (e.g. a first cuBLAS use)",
+        summary="capture failed because of an earlier error in it: the first capture error is the cause",
+        known="google-deepmind/mujoco_warp #425",
+        workaround="look above for the capture's first error (a call not permitted while capturing)",
     ),
     Signature(
         "watchdog",
@@ -303,6 +453,21 @@ SIGNATURES: tuple[Signature, ...] = (
         40,
         "{exception}",
         summary="a Python exception (the last one of its traceback)",
+    ),
+    Signature(
+        "unknown-crash",
+        r"^.*?: line \d+:\s+\d+ (?P<shell>Segmentation fault|Bus error|Aborted|Killed|Illegal instruction"
+        r"|Floating point exception|Trace/breakpoint trap)"
+        r"|^\s*(?P<bare>Segmentation fault|Bus error|Aborted|Killed|Illegal instruction|Floating point exception)"
+        r"(?: \(core dumped\))?\s*$"
+        r"|(?P<fatal>Fatal Python error: .+)"
+        r"|(?P<throw>terminate called (?:after throwing an instance of \S+|without an active exception))"
+        r"|Signal \d+ \((?P<signal>SIG\w+)\) received by PID"
+        r"|process \d+ terminated with signal (?P<tsignal>SIG\w+)",
+        15,
+        "process died: {shell}{bare}{fatal}{throw}{signal}{tsignal}",
+        summary="the process died (a signal, an abort, a fatal runtime error) and no known signature names why: "
+                "not ok; the lines before it are the evidence",
     ),
     Signature(
         "sigquit",
@@ -341,6 +506,17 @@ SIGNATURES: tuple[Signature, ...] = (
         summary="the process exited non-zero",
     ),
     # -- notes: warnings worth knowing, never the verdict ----------------------------------------
+    # A line a note matches is never an error line (SGLang's retraction mentions "out of memory").
+    Signature(
+        "decode-retract",
+        r"Decode out of memory happened|KV cache pool is full\. Retract requests",
+        0,
+        "the scheduler retracted requests (KV cache full) and went on",
+        summary="recovered: SGLang's scheduler retracts running requests when the KV cache is full and "
+                "re-queues them; frequent retraction costs throughput (lower --max-running-requests or raise "
+                "--mem-fraction-static), it does not end the run",
+        note=True,
+    ),
     Signature(
         "symm-mem-capability",
         r"SymmMemCommunicator: Device capability (?P<cc>[\d.]+) not supported",
@@ -369,6 +545,68 @@ SIGNATURES: tuple[Signature, ...] = (
         note=True,
     ),
 )
+
+
+
+@dataclass(frozen=True)
+class CudaError:
+    """One CUDA error enum: its number, its runtime (``cudaError*``) and driver (``CUDA_ERROR_*``)
+    names, and the signature it is evidence of. Error checks in the CUDA samples' style print only
+    ``code=N(name)``; torch prints the runtime name after its message; cupy the driver name."""
+
+    number: int
+    runtime: str
+    driver: str
+    signature: str
+
+
+CUDA_ERRORS: tuple[CudaError, ...] = (
+    CudaError(2, "cudaErrorMemoryAllocation", "CUDA_ERROR_OUT_OF_MEMORY", "oom"),
+    CudaError(35, "cudaErrorInsufficientDriver", "", "ptx-too-new"),
+    CudaError(209, "cudaErrorNoKernelImageForDevice", "CUDA_ERROR_NO_BINARY_FOR_GPU", "no-kernel-image"),
+    CudaError(218, "cudaErrorInvalidPtx", "CUDA_ERROR_INVALID_PTX", "ptx-invalid"),
+    CudaError(222, "cudaErrorUnsupportedPtxVersion", "CUDA_ERROR_UNSUPPORTED_PTX_VERSION", "ptx-too-new"),
+    CudaError(700, "cudaErrorIllegalAddress", "CUDA_ERROR_ILLEGAL_ADDRESS", "illegal-memory-access"),
+    CudaError(714, "cudaErrorHardwareStackError", "CUDA_ERROR_HARDWARE_STACK_ERROR", "launch-failure"),
+    CudaError(715, "cudaErrorIllegalInstruction", "CUDA_ERROR_ILLEGAL_INSTRUCTION", "launch-failure"),
+    CudaError(716, "cudaErrorMisalignedAddress", "CUDA_ERROR_MISALIGNED_ADDRESS", "misaligned-address"),
+    CudaError(717, "cudaErrorInvalidAddressSpace", "CUDA_ERROR_INVALID_ADDRESS_SPACE", "launch-failure"),
+    CudaError(718, "cudaErrorInvalidPc", "CUDA_ERROR_INVALID_PC", "launch-failure"),
+    CudaError(719, "cudaErrorLaunchFailure", "CUDA_ERROR_LAUNCH_FAILED", "launch-failure"),
+    CudaError(900, "cudaErrorStreamCaptureUnsupported", "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED", "capture-unsupported"),
+    CudaError(901, "cudaErrorStreamCaptureInvalidated", "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED", "capture-invalidated"),
+    CudaError(902, "cudaErrorStreamCaptureMerge", "CUDA_ERROR_STREAM_CAPTURE_MERGE", "capture-rule"),
+    CudaError(903, "cudaErrorStreamCaptureUnmatched", "CUDA_ERROR_STREAM_CAPTURE_UNMATCHED", "capture-rule"),
+    CudaError(904, "cudaErrorStreamCaptureUnjoined", "CUDA_ERROR_STREAM_CAPTURE_UNJOINED", "capture-unjoined"),
+    CudaError(905, "cudaErrorStreamCaptureIsolation", "CUDA_ERROR_STREAM_CAPTURE_ISOLATION", "capture-rule"),
+    CudaError(906, "cudaErrorStreamCaptureImplicit", "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT", "capture-rule"),
+    CudaError(907, "cudaErrorCapturedEvent", "CUDA_ERROR_CAPTURED_EVENT", "capture-rule"),
+    CudaError(908, "cudaErrorStreamCaptureWrongThread", "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD", "capture-rule"),
+)
+CUDA_ERROR_BY_NAME = {n: e for e in CUDA_ERRORS for n in (e.runtime, e.driver) if n}
+CUDA_ERROR_BY_CODE = {e.number: e for e in CUDA_ERRORS}
+# the number forms: the CUDA samples' ``code=209(cudaErrorNoKernelImageForDevice)`` and
+# ``CUDA error 900:`` / ``Cuda failure 209`` (NCCL, onnxruntime, warp). A bare ``code=2`` never counts
+# (``[forgepatch] exit code=2``). Each form starts with a literal, so a line costs one scan.
+_CODE_FORM = (r"code=(?P<cuda_code>{codes})\((?P<cuda_name>\w+)\)"
+              r"|(?:CUDA|Cuda|cuda) (?:error|failure|Error|Failure):? (?P<cuda_num>{codes})\b")
+_ANY_ENUM = (r"\b(?P<cuda_enum>cudaError[A-Z]\w*|CUDA_ERROR_[A-Z_]+)|code=(?P<cuda_code>\d+)\((?P<cuda_name>\w+)\)"
+             r"|(?:CUDA|Cuda|cuda) (?:error|failure|Error|Failure):? (?P<cuda_num>\d+)\b")
+
+
+def _with_cuda_errors(sig: Signature) -> Signature:
+    """``sig`` also matching the names and numbers of the CUDA errors that are evidence of it."""
+    if sig.id == "cuda-error":  # any other CUDA error name or number: a CUDA error all the same
+        return replace(sig, pattern=f"{sig.pattern}|{_ANY_ENUM}")
+    errs = [e for e in CUDA_ERRORS if e.signature == sig.id]
+    if not errs:
+        return sig
+    names = "|".join(n for e in errs for n in (e.runtime, e.driver) if n)
+    codes = "|".join(str(e.number) for e in errs)
+    return replace(sig, pattern=f"{sig.pattern}|(?P<cuda_enum>{names})\\b|{_CODE_FORM.format(codes=codes)}")
+
+
+SIGNATURES = tuple(_with_cuda_errors(s) for s in SIGNATURES)
 
 PHASES: tuple[PhaseMarker, ...] = (
     PhaseMarker("args", r"server_args=ServerArgs\(", "arguments parsed", "initialisation"),

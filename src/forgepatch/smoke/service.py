@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -188,29 +189,45 @@ def github_matrix(matrix, shard=None, by: str = "job") -> dict:
     return {"include": include}
 
 
-def read_log(path: str) -> tuple[list[str], str | None]:
-    import sys
+_MAX_LINE_CHARS = 1 << 20  # a longer line is cut: triage streams a log of any size in bounded memory
 
-    if path == "-":
-        return sys.stdin.read().splitlines(), None
-    p = Path(path)
-    try:
-        return p.read_text(encoding="utf-8", errors="replace").splitlines(), str(p)
-    except OSError as exc:
-        raise BadInput(f"{path}: cannot read log: {exc.strerror}") from None
+
+def _stream_lines(f, seen: list[bool]):
+    """``f``'s lines, each at most ``_MAX_LINE_CHARS`` (the rest of a longer one is skipped);
+    ``seen[0]`` turns True at the first non-blank line."""
+    while line := f.readline(_MAX_LINE_CHARS):
+        if not line.endswith("\n"):
+            while (rest := f.readline(_MAX_LINE_CHARS)) and not rest.endswith("\n"):
+                pass
+        if not seen[0] and line.strip():
+            seen[0] = True
+        yield line
 
 
 def triage(path: str, markers: dict | None = None, context: int = 3):
+    """Triage a log file (or ``-``: stdin), streamed line by line."""
+    import sys
+
     from forgepatch.inimage.monitor import triage_lines
 
-    lines, log_path = read_log(path)
-    if not any(line.strip() for line in lines):  # nothing to judge: not a clean run either
-        where = "stdin" if path == "-" else path
-        raise BadInput(f"{where}: empty log, nothing to triage")
+    where = "stdin" if path == "-" else path
+    seen = [False]
     try:
-        return triage_lines(lines, markers, log_path=log_path or "-", context=context)
+        f = sys.stdin if path == "-" else open(path, encoding="utf-8", errors="replace")  # noqa: SIM115
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot read log: {exc.strerror}") from None
+    try:
+        t = triage_lines(_stream_lines(f, seen), markers, log_path=None if path == "-" else path, context=context)
     except ValueError as exc:
         raise BadInput(f"markers: {exc}") from None
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot read log: {exc.strerror}") from None
+    finally:
+        if f is not sys.stdin:
+            f.close()
+    if not seen[0]:  # nothing to judge: not a clean run either
+        raise BadInput(f"{where}: empty log, nothing to triage")
+    return replace(t, log_path=t.log_path or "-")
 
 
 def dumps(doc) -> str:
