@@ -175,8 +175,8 @@ def apply_many(arch: str, sources: list[str], out: Path | None, matrix, patches_
     targets = [out_for(out, src, matrix) for src in srcs]
     if out is not None and not (check or diff or in_place):
         for where, name in targets:
-            recover_out(where, name)
-            outdir.check(where, force, name)
+            # a killed --out run's copy is finished or undone first, then DIR is checked (under its lock)
+            recover_out(where, check=lambda w=where, n=name: outdir.check(w, force, n), name=name)
     write = in_place and not check
     runs = []
     with ExitStack() as stack:
@@ -196,13 +196,14 @@ def apply_many(arch: str, sources: list[str], out: Path | None, matrix, patches_
                 write_in_place(src.package, result.changed_bytes())
                 run.written = src.package
             elif where is not None:
-                outdir.check(where, force, name)
                 meta = {"arch": result.arch, "source": src.label, "version": result.version,
                         "patchset": result.patchset_hash, "changed": sorted(result.changed),
                         "package": src.package_name}
                 run.written = write_out(src.package, result.changed_bytes(), where,
                                         fill=lambda tree, s=src: copy_non_py(s, tree),
-                                        marker=lambda tree, m=meta: outdir.record_data(tree, m), name=name)
+                                        marker=lambda tree, m=meta: outdir.record_data(tree, m),
+                                        # again, under DIR's lock: it may have changed while the series ran
+                                        check=lambda w=where, n=name: outdir.check(w, force, n), name=name)
                 run.extra["files_written"] = outdir.recorded(where)
     return runs
 
