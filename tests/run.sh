@@ -11,6 +11,12 @@ if ! command -v strace >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq strace >/dev/null
 fi
+# chattr (e2fsprogs): the crash tests make a target immutable (chattr +i); they mount a small
+# tmpfs and bind-mount a file too, so they run as root like the Docker tests
+if ! command -v chattr >/dev/null; then
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq e2fsprogs >/dev/null
+fi
 # ssh-keygen: the release tests sign tags with an ssh key they make (gpg.format = ssh)
 if ! command -v ssh-keygen >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null

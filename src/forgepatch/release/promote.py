@@ -70,15 +70,6 @@ def promote(promo: Promotion) -> dict[str, str | None]:
     return registry.tag_remote(promo.ref, promo.tags)
 
 
-def undo(promo: Promotion, before: dict[str, str | None]) -> None:
-    from forgepatch.infra import registry
-
-    try:
-        registry.restore_remote(promo.ref, before)
-    except Exception:  # noqa: BLE001 - the original error is what the user must see
-        pass
-
-
 def check(entry: dict[str, Any], newest: bool) -> list[tuple[bool, str]]:
     """(ok, detail) per registry fact of a ledger entry: each tag resolves to the recorded
     digest (the validated tag only for the newest release), the image there carries the
