@@ -407,3 +407,12 @@ def test_kill_at_every_rename_of_a_text_and_major_list_in_place_write(project, t
         states.add("patched" if now == want_patched else "original")
         assert nxt.rc == (0 if now == want_patched else 1), nxt.err
     assert states == {"original", "patched"}
+
+
+def test_a_run_over_one_package_of_a_mixed_series_says_what_it_did_not_run(project):
+    run = forgepatch("apply", "--arch", "sm120", "--source", "pypi:0.5.23", "--check", "--json", cwd=project)
+    assert run.json()["not_run"] == ["flashinfer"] and run.json()["package"] == "sglang"
+    assert "also patches flashinfer: not run here" in run.err
+    # build carries sglang only so far: it refuses the mixed series instead of dropping a part
+    build = forgepatch("build", "--arch", "sm120", "--pin", "v0.5.23", cwd=project)
+    assert_one_line_error(build, 2, "the sm120 series patches flashinfer too")
