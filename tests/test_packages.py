@@ -332,7 +332,7 @@ def test_a_drift_in_one_package_writes_no_package(project, tmp_path):
     (ROUTING.replace('name = "routing-major"', 'name = "routing-major"\ncount = 0'), "count: expected an integer >= 1"),
     (ROUTING.replace('package = "flashinfer"', 'package = "nosuch"'), "unknown package 'nosuch'"),
     (ROUTING.replace("old = ", "olde = "), "fi-routing-major.toml:10: sites[0].olde: unknown key"),
-])
+], ids=["bad-regex", "python-file", "dotdot", "new-is-old", "count-0", "unknown-package", "unknown-key"])
 def test_bad_text_patches_are_one_line_errors(project, text, needle):
     patch_file(project, "fi-routing-major.toml", text)
     (project / "matrix.toml").write_text((project / "matrix.toml").read_text().replace(
