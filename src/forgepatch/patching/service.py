@@ -110,15 +110,13 @@ def series_sources(arch: str, sources: list[str] | None, pin: str | None, matrix
     """The sources one ``apply``/``lint`` runs on: the ``--source`` flags as given (one per
     package); else the pin (``--pin``, default the default pin) and, for each other package
     the arch's series patches, the pin's ``[pins.NAME.packages.PKG]`` version of it."""
-    from forgepatch.cli._options import source_or_pin
-
     if sources:
         if pin is not None:
             raise BadInput("--pin and --source are exclusive: --pin NAME means the pin's source")
         return list(sources)
-    base = source_or_pin(None, pin, matrix)
     if matrix is None:
-        return [base]
+        return [None]
+    base = None if pin is None else matrix.pin(pin)[1].source  # (what --pin means everywhere)
     from forgepatch.packages import get
     from forgepatch.patching.series import load_series, packages_of
 
