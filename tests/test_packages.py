@@ -332,7 +332,7 @@ def test_a_drift_in_one_package_writes_no_package(project, tmp_path):
     (ROUTING.replace('name = "routing-major"', 'name = "routing-major"\ncount = 0'), "count: expected an integer >= 1"),
     (ROUTING.replace('package = "flashinfer"', 'package = "nosuch"'), "unknown package 'nosuch'"),
     (ROUTING.replace("old = ", "olde = "), "fi-routing-major.toml:10: sites[0].olde: unknown key"),
-])
+], ids=["bad-regex", "python-file", "dotdot", "new-is-old", "count-0", "unknown-package", "unknown-key"])
 def test_bad_text_patches_are_one_line_errors(project, text, needle):
     patch_file(project, "fi-routing-major.toml", text)
     (project / "matrix.toml").write_text((project / "matrix.toml").read_text().replace(
@@ -407,3 +407,14 @@ def test_kill_at_every_rename_of_a_text_and_major_list_in_place_write(project, t
         states.add("patched" if now == want_patched else "original")
         assert nxt.rc == (0 if now == want_patched else 1), nxt.err
     assert states == {"original", "patched"}
+
+
+def test_a_run_over_one_package_of_a_mixed_series_says_what_it_did_not_run(project):
+    run = forgepatch("apply", "--arch", "sm120", "--source", "pypi:0.5.23", "--check", "--json", cwd=project)
+    assert run.json()["not_run"] == ["flashinfer"] and run.json()["package"] == "sglang"
+    assert "also patches flashinfer: not run here" in run.err
+    # build carries sglang only so far: it refuses the mixed series instead of dropping a part
+    build = forgepatch("build", "--arch", "sm120", "--pin", "v0.5.23", "--base-image", "forgepatch-test/base:bookworm",
+                       cwd=project)
+    last = build.err.strip().splitlines()[-1]  # (after the moving-tag warning about the base)
+    assert build.rc == 2 and "Traceback" not in build.err and "the sm120 series patches flashinfer too" in last

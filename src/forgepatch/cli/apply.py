@@ -222,8 +222,15 @@ def register(app: typer.Typer) -> None:
         source = sources[0]
         run = apply_arch(arch, source, out, matrix, STATE.patches(), in_place=in_place, check=check, diff=diff,
                          force=force)
+        missing = not_run(arch, matrix, STATE.patches(), [run.source.package_name]) if matrix is not None else []
+        for pkg in missing:  # said, never silently skipped (stderr: stdout stays the diff / the JSON)
+            console(stderr=True).print(f"note: the {arch} series also patches {pkg}: not run here "
+                                       f"(add --source for it, e.g. --source pypi:DIST==VERSION)")
         if as_json:
-            print_json(run.to_json())
+            doc = run.to_json()
+            if missing:
+                doc["not_run"] = missing
+            print_json(doc)
         elif diff:
             _render(run, stderr=True)
             typer.echo(run.diff, nl=False)

@@ -81,7 +81,9 @@ def patch_list(as_json: bool = typer.Option(False, "--json")) -> None:
     patches = load_patches(library, list(patch_files(library)))
     docs = [{"id": p.id, "origin": p.origin, "summary": p.summary, "arches": list(p.arches),
              "applies_to": p.applies_to, "sites": [s.name for s in p.sites], "examples": len(p.examples),
-             "file": str(p.path)} for p in patches]
+             "file": str(p.path), "package": p.package,
+             "kind": getattr(p.codemod, "KIND", None) or ("custom" if str(p.path).endswith(".py") else "arch-gate")}
+            for p in patches]
     if as_json:
         print_json(docs)
         return

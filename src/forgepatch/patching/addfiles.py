@@ -40,6 +40,7 @@ class AddSite:
 
 class AddFiles:
     file_patch = True
+    KIND = "add-files"
     covers_gates = False
     KEYS = {"from", "to", "create"}
 

@@ -115,9 +115,9 @@ def series_sources(arch: str, sources: list[str] | None, pin: str | None, matrix
         if pin is not None:
             raise BadInput("--pin and --source are exclusive: --pin NAME means the pin's source")
         return list(sources)
-    base = None if pin is None else matrix.pin(pin)[1].source
     if matrix is None:
-        return [base]
+        return [None]
+    base = None if pin is None else matrix.pin(pin)[1].source  # (what --pin means everywhere)
     from forgepatch.packages import get
     from forgepatch.patching.series import load_series, packages_of
 

@@ -49,6 +49,7 @@ class TextSite:
 
 class TextPatch:
     file_patch = True
+    KIND = "text"
     covers_gates = False
     KEYS = {"file", "anchor", "anchor_regex", "near", "within", "count", "old", "new"}
 

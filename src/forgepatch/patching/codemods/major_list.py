@@ -42,6 +42,7 @@ class Found:
 
 class MajorList:
     file_patch = True
+    KIND = "major-list"
     covers_gates = False
     KEYS = {"functions", "modules", "keyword"}
 
