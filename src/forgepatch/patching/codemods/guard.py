@@ -2,7 +2,8 @@
 
 ``if backend == "auto" and <sm120 test>: backend = "triton"``. Keys of a site: ``statement``
 (the code to run on the arch), ``condition`` (optional, tested first), ``when`` (arches,
-default the patch's), and where: ``before`` (a marker: before the first statement of the
+default the patch's; ``{arg0}`` in ``statement`` or ``condition`` is the function's first
+parameter: ``self`` in a method, ``server_args`` in a function), and where: ``before`` (a marker: before the first statement of the
 function whose own code names it; a compound statement counts by its header) or, by default,
 the first statement of the function (after its docstring). A guard already there (same
 code) is ``already-applied``.
@@ -65,18 +66,24 @@ class GuardCodemod(ArchEditCodemod):
         if site.option("statement") is None:
             raise ValueError(f"{where}.statement: needed (the code to run on the arch)")
 
-    def guard_code(self, site, ctx) -> str:
+    def guard_code(self, site, ctx, func) -> str:
+        params = [*func.params.posonly_params, *func.params.params]
+        arg0 = params[0].name.value if params else ""
         test = self.test_for(self.arches_of(site), ctx)
-        cond = site.option("condition")
-        head = f"{cond} and {test}" if cond else test
-        if cond and cst.ensure_type(cst.parse_expression(cond), cst.BaseExpression) and \
-                isinstance(cst.parse_expression(cond), cst.BooleanOperation):
-            head = f"({cond}) and {test}"
-        body = "".join(f"    {ln}\n" if ln.strip() else "\n" for ln in site.option("statement").splitlines())
+        self._test = test
+        cond = (site.option("condition") or "").replace("{arg0}", arg0)
+        head = test
+        if cond:
+            parsed = cst.parse_expression(cond)
+            loose = isinstance(parsed, (cst.IfExp, cst.Lambda, cst.NamedExpr)) or (
+                isinstance(parsed, cst.BooleanOperation) and isinstance(parsed.operator, cst.Or))
+            head = f"({cond}) and {test}" if loose else f"{cond} and {test}"
+        statement = site.option("statement").replace("{arg0}", arg0)
+        body = "".join(f"    {ln}\n" if ln.strip() else "\n" for ln in statement.splitlines())
         return f"if {head}:\n{body}"
 
     def edit_function(self, func, site, symbol, ctx):
-        code = self.guard_code(site, ctx)
+        code = self.guard_code(site, ctx, func)
         guard = cst.parse_statement(code)
         marker = site.option("before")
         block, index = self._place(func.body, marker) if marker else (func.body, self._start(func.body))
@@ -91,6 +98,7 @@ class GuardCodemod(ArchEditCodemod):
         if anchor is not None and anchor.leading_lines:  # the anchor's comments stay with it
             guard = guard.with_changes(leading_lines=[ln for ln in anchor.leading_lines if ln.comment is None][:1])
         new_block = block.with_changes(body=body[:index] + [guard] + body[index:])
+        self.used(ctx, self._test)
         where = f"before line {ctx.line(anchor)}" if anchor is not None and marker else "first in the function"
         ctx.report(site.name, Status.APPLIED, anchor if anchor is not None else func, symbol,
                    f"inserted guard {where}: if {code.split(':', 1)[0][3:]}")

@@ -66,9 +66,14 @@ class ArchEditCodemod(SiteCodemod):
         return site.option("when") or tuple(self.patch.arches)
 
     def test_for(self, arches, ctx) -> str:
+        """The test's source; what it needs is recorded by :meth:`used` once an edit lands."""
         code, needs = archtest.arch_test(arches, ctx)
-        archtest.record(ctx, needs)
+        ctx.state.setdefault("archtest_pending", {})[code] = needs
         return code
+
+    @staticmethod
+    def used(ctx, test: str) -> None:
+        archtest.record(ctx, ctx.state.get("archtest_pending", {}).get(test, []))
 
     def finalize_module(self, module: cst.Module, ctx) -> cst.Module:
         return archtest.provide(module, ctx)

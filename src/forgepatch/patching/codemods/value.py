@@ -67,6 +67,7 @@ class ValueCodemod(ArchEditCodemod):
             if isinstance(ctx.parents.get(node), cst.Return) or site.option("default"):
                 pass
             mapping[node] = new
+            self.used(ctx, test)
             ctx.report(site.name, Status.APPLIED, node, symbol, f"{new_code} when {test} (else {' '.join(current.split())[:60]})")
         if not mapping:
             return None
