@@ -185,7 +185,7 @@ def test_a_value_place_holding_another_value_is_not_edited(tmp_path):
 def test_narrow_gates_one_refuses_two_checks(tmp_path):
     d = _patch(tmp_path, 'arches = ["sm103"]\ncodemod = "narrow"\n[[sites]]\nname = "n"\nfunctions = ["f"]\n'
                'gates = "one"\n[[examples]]\nbefore = """\ndef f():\n    if is_sm100_supported():\n        a()\n'
-               '    if is_sm100_supported():\n        b()\n"""\n')
+               '    if is_sm100_supported():\n        b()\n"""\nafter = "x = 1\\n"\n')
     r = forgepatch("--patches", d, "patch", "test", "p")
     assert r.rc == 1 and "ambiguous: 2 sm100 checks" in r.out, r.out + r.err
 
