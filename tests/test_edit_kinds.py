@@ -205,3 +205,95 @@ def test_bad_kind_keys_are_one_line_errors(tmp_path, body, needle):
     d = _patch(tmp_path, 'arches = ["sm120"]\n' + body)
     r = forgepatch("--patches", d, "patch", "test", "p")
     assert_one_line_error(r, 2, needle, "p.toml:")
+
+
+@pytest.mark.parametrize("version,where,test", [
+    ("0.5.15", "    backend = Fp8GemmRunnerBackend(backend)\n",
+     "(torch.cuda.is_available() and torch.cuda.get_device_capability() == (12, 1))"),
+    ("0.5.23", "    backend = Fp8GemmRunnerBackend(backend)\n", "is_sm121()"),
+])
+def test_guard_before_a_marked_statement_on_a_real_wheel(tmp_path, version, where, test):
+    """`before`: the guard goes right before the first statement naming the marker, in the
+    block that holds it; the marked statement and the rest stay as they were."""
+    from forgepatch.arch import get_arch
+    from forgepatch.patching.engine import run_patches
+    from forgepatch.patching.patchset import load_patch
+    from forgepatch.patching.trees import DirTree
+    from forgepatch.sources import pypi_tree
+
+    d = _patch(tmp_path, 'arches = ["sm121"]\ncodemod = "guard"\n[[sites]]\nname = "g"\n'
+               'functions = ["initialize_fp8_gemm_config"]\nmodules = ["srt/layers/quantization/fp8_utils.py"]\n'
+               'before = "Fp8GemmRunnerBackend"\ncondition = \'backend == "cutlass"\'\nstatement = \'backend = "triton"\'\n')
+    tree = DirTree(pypi_tree(version).package, pristine=True)
+    res = run_patches(tree, [load_patch(d / "p.toml")], get_arch("sm121"), version)
+    assert not res.drift, res.to_json()
+    rel = "srt/layers/quantization/fp8_utils.py"
+    old, new = tree.read(rel).decode(), res.changed[rel]
+    guard = f'    if backend == "cutlass" and {test}:\n        backend = "triton"\n'
+    assert old.count(where) == 1 and new.count(guard + where) == 1
+    assert new.replace(guard, "", 1).replace("    is_sm121,\n", "", 1) == old
+
+
+def test_value_places_keyword_default_and_return(tmp_path):
+    body = '''arches = ["sm120", "sm121"]
+codemod = "value"
+
+[[sites]]
+name = "kw"
+functions = ["make"]
+keyword = "num_stages"
+value = 2
+
+[[sites]]
+name = "default"
+functions = ["run"]
+default = "backend"
+value = "triton"
+
+[[sites]]
+name = "ret"
+functions = ["pick"]
+returns = true
+markers = ["trtllm"]
+value = "flashinfer"
+
+[[examples]]
+context = { "srt/utils.py" = "def is_sm120_supported(): ...\\n" }
+before = """
+from sglang.srt.utils import is_sm120_supported
+
+
+def make():
+    return launch(num_stages=3)
+
+
+def run(backend="trtllm"):
+    pass
+
+
+def pick(x):
+    if x:
+        return "trtllm"
+    return "fa3"
+"""
+after = """
+from sglang.srt.utils import is_sm120_supported
+
+
+def make():
+    return launch(num_stages=2 if is_sm120_supported() else 3)
+
+
+def run(backend="triton" if is_sm120_supported() else "trtllm"):
+    pass
+
+
+def pick(x):
+    if x:
+        return "flashinfer" if is_sm120_supported() else "trtllm"
+    return "fa3"
+"""
+'''
+    d = _patch(tmp_path, body)
+    r = forgepatch("--patches", d, "patch", "test", "p")
+    assert r.rc == 0, r.out + r.err

@@ -95,12 +95,18 @@ class GuardCodemod(ArchEditCodemod):
                 return None
         body = list(block.body)
         anchor = body[index] if index < len(body) else None
-        if anchor is not None and anchor.leading_lines:  # the anchor's comments stay with it
-            guard = guard.with_changes(leading_lines=[ln for ln in anchor.leading_lines if ln.comment is None][:1])
+        report_at = anchor if anchor is not None else func
+        anchor_line = ctx.line(anchor) if anchor is not None else None
+        if anchor is not None and anchor.leading_lines:
+            # the blank lines before the anchor now come before the guard; its comments stay with it
+            lead = list(anchor.leading_lines)
+            k = next((i for i, ln in enumerate(lead) if ln.comment is not None), len(lead))
+            guard = guard.with_changes(leading_lines=lead[:k])
+            body[index] = anchor = anchor.with_changes(leading_lines=lead[k:])
         new_block = block.with_changes(body=body[:index] + [guard] + body[index:])
         self.used(ctx, self._test)
-        where = f"before line {ctx.line(anchor)}" if anchor is not None and marker else "first in the function"
-        ctx.report(site.name, Status.APPLIED, anchor if anchor is not None else func, symbol,
+        where = f"before line {anchor_line}" if anchor is not None and marker else "first in the function"
+        ctx.report(site.name, Status.APPLIED, report_at, symbol,
                    f"inserted guard {where}: if {code.split(':', 1)[0][3:]}")
         if block is func.body:
             return func.with_changes(body=new_block)
