@@ -297,3 +297,14 @@ def pick(x):
     d = _patch(tmp_path, body)
     r = forgepatch("--patches", d, "patch", "test", "p")
     assert r.rc == 0, r.out + r.err
+
+
+def test_narrow_keeps_the_rest_of_an_or_chain_and_a_mixed_check(tmp_path):
+    """Only the family predicate is narrowed: `is_sm90 or (is_sm100 and not T)`; the mixed
+    `nnodes == 1 or ...` keeps its other operand (a wrong edit here would be a silent one)."""
+    d = tmp_path / "patches"
+    d.mkdir()
+    body = (ROOT / "tests" / "fixtures" / "edit_kinds" / "narrow-or-chain.toml").read_text()
+    (d / "q.toml").write_text(body)
+    r = forgepatch("--patches", d, "patch", "test", "q")
+    assert r.rc == 0, r.out + r.err

@@ -19,7 +19,7 @@ from forgepatch.arch import ARCHES
 from forgepatch.patching import archtest
 from forgepatch.patching.codemods.arch_gate import _Replace, gated_unit
 from forgepatch.patching.codemods.base import node_names_any
-from forgepatch.patching.codemods.kinds import ArchEditCodemod
+from forgepatch.patching.codemods.kinds import ArchEditCodemod, walk
 from forgepatch.patching.model import Status
 from forgepatch.patching.predicates import Gate, find_gates
 
@@ -89,6 +89,7 @@ class NarrowCodemod(ArchEditCodemod):
         else:
             candidates = [(gate, pred) for gate in find_gates(func.body, ctx.parents)
                           for pred in gate.predicates if pred.family == family]
+        ctx.parents.update(walk(func).parents)  # every node: the gate finder skips predicates in a chain
         chosen = [(gate, pred) for gate, pred in candidates
                   if not site.markers or node_names_any(gated_unit(pred.node, ctx), site.markers)]
         if not chosen:
