@@ -64,8 +64,6 @@ class ValueCodemod(ArchEditCodemod):
             new = cst.IfExp(test=cst.parse_expression(test), body=cst.parse_expression(new_code), orelse=orelse,
                             lpar=list(node.lpar) if hasattr(node, "lpar") else [],
                             rpar=list(node.rpar) if hasattr(node, "rpar") else [])
-            if isinstance(ctx.parents.get(node), cst.Return) or site.option("default"):
-                pass
             mapping[node] = new
             self.used(ctx, test)
             ctx.report(site.name, Status.APPLIED, node, symbol, f"{new_code} when {test} (else {' '.join(current.split())[:60]})")
