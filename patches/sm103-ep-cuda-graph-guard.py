@@ -14,9 +14,7 @@ wrapper), and inserts a call to a module-level guard at the top of its body.
 
 from __future__ import annotations
 
-import libcst as cst
-
-from forgepatch.patching import SiteCodemod, Status, insert_definition
+from forgepatch.patching import api
 
 GUARD = "_forgepatch_sm103_ep_graph_guard"
 
@@ -104,42 +102,27 @@ def _guard_source(cc: tuple[int, int]) -> str:
     )
 
 
-def _checks_args(func: cst.FunctionDef, ctx) -> bool:
+def _checks_args(func, ctx) -> bool:
     """The function that does the checking asserts or raises; a delegating wrapper doesn't."""
     code = ctx.code(func.body)
     return "assert " in code or "raise " in code
 
 
-class Codemod(SiteCodemod):
+class Codemod(api.SiteCodemod):
     def edit_function(self, func, site, symbol, ctx):
         if not _checks_args(func, ctx):
             return None
-        body = list(func.body.body)
-        if any(f"{GUARD}(" in ctx.code(stmt) for stmt in body[:3]):
-            ctx.report(site.name, ctx.accepted(), func, symbol, "guard already present")
+        if any(f"{GUARD}(" in ctx.code(stmt) for stmt in func.body.body[:3]):
+            api.already(ctx, site, symbol, func, "guard already present")
             return None
         params = func.params.params
         receiver = params[0].name.value if params else "self"
-        call = cst.parse_statement(f"{GUARD}({receiver})\n")
-        i = 1 if body and _is_docstring(body[0]) else 0
-        # keep the first statement's leading comment after the guard
         ctx.state["needs_guard"] = True
-        ctx.report(site.name, Status.APPLIED, func, symbol, f"inserted {GUARD}({receiver})")
-        return func.with_changes(body=func.body.with_changes(body=body[:i] + [call] + body[i:]))
+        api.edited(ctx, site, symbol, func, f"inserted {GUARD}({receiver})")
+        # the first statement's leading comment stays after the guard
+        return api.insert_first(func, f"{GUARD}({receiver})")
 
     def finalize_module(self, module, ctx):
         if not ctx.state.get("needs_guard"):
             return module
-        if any(isinstance(s, cst.FunctionDef) and s.name.value == GUARD for s in module.body):
-            return module
-        ctx.provided.append(f"defined {GUARD}() after the imports")
-        return insert_definition(module, _guard_source(ctx.arch.cc))
-
-
-def _is_docstring(stmt) -> bool:
-    return (
-        isinstance(stmt, cst.SimpleStatementLine)
-        and len(stmt.body) == 1
-        and isinstance(stmt.body[0], cst.Expr)
-        and isinstance(stmt.body[0].value, cst.SimpleString)
-    )
+        return api.define_once(module, ctx, GUARD, _guard_source(ctx.arch.cc))

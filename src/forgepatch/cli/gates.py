@@ -22,6 +22,7 @@ def gates(
     json_out: bool = typer.Option(False, "--json", help="Print one JSON document."),
     markdown: bool = typer.Option(False, "--markdown", help="Print Markdown (for a PR comment)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the inventory memo."),
+    rejecting: bool = typer.Option(False, "--rejecting", help="With --arch: what still keeps ARCH out, by feature and file, each with the `patch new` command that starts a patch for it."),
 ) -> None:
     """Inventory every arch gate (predicate, capability comparison) with the arches that pass it."""
     from forgepatch.errors import BadInput, Failure
@@ -29,6 +30,8 @@ def gates(
     if json_out and markdown:
         raise BadInput("gates: --json and --markdown are exclusive")
     arch_name = arch  # the registry name (arch_option)
+    if rejecting and (arch_name is None or against is not None):
+        raise BadInput("gates: --rejecting needs --arch and no --against")
     from pathlib import Path
 
     from forgepatch import progress
@@ -40,6 +43,9 @@ def gates(
     with progress.task(f"reading the gates of {source or 'the default pin'}"):
         old = source_inventory(source, matrix, memo=not no_cache)
     if against is None:
+        if rejecting:
+            _rejecting(old, arch_name, json_out)
+            return
         _inventory(old, arch_name, json_out, markdown)
         return
     with progress.task(f"reading the gates of {against}"):
@@ -77,3 +83,15 @@ def _inventory(inv, arch_name: str | None, json_out: bool, markdown: bool) -> No
         sys.stdout.write(inventory_markdown(inv, selected, title))
     else:
         inventory_table(inv, selected, title, console())
+
+
+def _rejecting(inv, arch_name: str, json_out: bool) -> None:
+    from forgepatch.gates.rejecting import rejecting
+    from forgepatch.gates.render import rejecting_table
+
+    rows = rejecting(inv, arch_name)
+    if json_out:
+        print_json({"source": inv.source, "version": inv.version, "arch": arch_name,
+                    "rows": [r.to_json() for r in rows], "stats": inv.stats})
+    else:
+        rejecting_table(rows, arch_name, console())

@@ -24,6 +24,7 @@ class Gate:
     unresolved: list[str] = field(default_factory=list)  # atoms unknown on every arch
     names: list[str] = field(default_factory=list)  # identifiers of the condition (not strings)
     end_line: int = 0  # last line of the condition
+    role: str = ""  # enables | selects | rejects | mixed (gates.classify)
 
     @property
     def arches(self) -> list[str]:

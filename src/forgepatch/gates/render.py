@@ -112,3 +112,20 @@ def diff_table(d: GateDiff, console) -> None:
         status = f"[{styles[c.status]}]{c.status}[/]" + (f" {_delta(c)}" if c.status == "changed" else "")
         table.add_row(status, escape(where), escape(func), arches(c.old), arches(c.new), escape(g.expr))
     console.print(table)
+
+
+def rejecting_table(rows, arch: str, console) -> None:
+    """``gates --arch A --rejecting``: one block per (feature, file), rows by line."""
+    from forgepatch.gates.rejecting import groups
+
+    if not rows:
+        console.print(f"no gate keeps {arch} out")
+        return
+    for feature, file, members in groups(rows):
+        console.print(f"[bold]{feature}[/bold]  {file}", highlight=False)
+        for r in members:
+            g = r.gate
+            console.print(f"  {g.line:>5}  {g.role:<8} {g.function}: {_md(g.expr)[:100]}  "
+                          f"(admits {', '.join(g.arches) or 'none'})", highlight=False, soft_wrap=True)
+            console.print(f"         {r.command}", highlight=False, soft_wrap=True)
+    console.print(f"{len(rows)} gate(s) keep {arch} out", highlight=False)

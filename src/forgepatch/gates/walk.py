@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from forgepatch.arch import ARCHES
 from forgepatch.gates.bindings import Locals
+from forgepatch.gates.classify import role
 from forgepatch.gates.evaluate import Scope
 from forgepatch.gates.model import ALWAYS, NEVER, Gate
 from forgepatch.gates.reads import PREDICATE_NAME, ArchReads
@@ -235,7 +236,7 @@ class _Walker:
         names = sorted({n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(expr)
                         if isinstance(n, (ast.Name, ast.Attribute))})
         self.out.append(Gate(self.file, line, ".".join(qual) or "<module>", kind, _short(text), atoms,
-                             _markers(stmt, body, set(atoms)), verdicts, unresolved, names, end))
+                             _markers(stmt, body, set(atoms)), verdicts, unresolved, names, end, role(stmt, kind)))
 
     def _boolean(self, expr: ast.expr, scope: Scope) -> bool:
         """A condition, not a value: a comparison or ``and``/``or``/``not``, or a read that

@@ -33,6 +33,10 @@ class Site:
     lone: bool = False  # arch-gate only: also widen a lone sm90/sm100 predicate
     anywhere: bool = False  # True: ``modules`` only order the search; any file may hold the site
     gates: str = "all"  # arch-gate: "all" gates of the feature in a site function, or exactly "one"
+    options: tuple[tuple[str, Any], ...] = ()  # the codemod's own keys (its ``site_keys``), checked
+
+    def option(self, key: str, default: Any = None) -> Any:
+        return dict(self.options).get(key, default)
 
 
 @dataclass(frozen=True)
@@ -250,7 +254,8 @@ def build_patch(data: dict[str, Any], codemod: Any, path: Path | None = None) ->
     sites = []
     for i, s in enumerate(_tables(data["sites"], "sites")):
         where = f"sites[{i}]"
-        _unknown(s, _SITE_KEYS, where)
+        own = getattr(codemod, "site_keys", {})  # key -> checker(value, where), the codemod's own
+        _unknown(s, _SITE_KEYS | set(own), where)
         if "name" not in s or "functions" not in s:
             raise ValueError(f"{where}: needs 'name' and 'functions'")
         gates = _str(s.get("gates", "all"), f"{where}.gates")
@@ -271,7 +276,10 @@ def build_patch(data: dict[str, Any], codemod: Any, path: Path | None = None) ->
             lone=_bool(s.get("lone"), f"{where}.lone", False),
             anywhere=anywhere,
             gates=gates,
+            options=tuple((k, own[k](s[k], f"{where}.{k}")) for k in own if k in s),
         ))
+        if hasattr(codemod, "check_site"):
+            codemod.check_site(sites[-1], where, arches)
     if not sites:
         raise ValueError("sites: a patch needs at least one site")
     if len({s.name for s in sites}) != len(sites):
