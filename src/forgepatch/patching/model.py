@@ -24,10 +24,11 @@ class Status(str, Enum):
     NOT_APPLICABLE = "not-applicable"  # a semantic applies_to excludes the version, or an optional site is absent
     INCOMPLETE = "incomplete"  # patched, but a gate of the feature still rejects the arch
     DRIFT = "drift"  # a required site was not found (or is ambiguous)
+    REVIEW = "review"  # the patch's edit set is not one its lock accepts for this arch (editlock)
 
     @classmethod
     def worst(cls, statuses: list["Status"]) -> "Status":
-        order = [cls.DRIFT, cls.INCOMPLETE, cls.APPLIED, cls.ALREADY, cls.ABSORBED, cls.IGNORED,
+        order = [cls.DRIFT, cls.INCOMPLETE, cls.REVIEW, cls.APPLIED, cls.ALREADY, cls.ABSORBED, cls.IGNORED,
                  cls.NOT_APPLICABLE]
         for s in order:
             if s in statuses:
@@ -41,7 +42,7 @@ class Status(str, Enum):
 
 
 # Status values that fail a run (exit 1, nothing written, no branch moved, no image built).
-FAILED = ("drift", "incomplete")
+FAILED = ("drift", "incomplete", "review")
 
 
 @dataclass
@@ -91,6 +92,10 @@ class PatchResult:
     status: Status
     sites: list[SiteResult] = field(default_factory=list)
     changes: dict[str, str] = field(default_factory=dict)  # rel path -> new text (this patch's step)
+    # what this patch changed, read off the trees (editset.Edit, in order) and its digest
+    # (None: it changed nothing); set by the series' lock check (editlock.review)
+    edits: list[Any] = field(default_factory=list, repr=False)
+    edit_set: str | None = None
 
     @property
     def edited_files(self) -> set[str]:
@@ -105,6 +110,8 @@ class PatchResult:
             "status": self.status.value,
             "sites": [s.to_json() for s in self.sites],
             "files": sorted(self.changes),
+            "edit_set": self.edit_set,
+            "edits": [e.to_doc() for e in self.edits],
         }
 
 
