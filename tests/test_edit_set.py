@@ -102,3 +102,40 @@ def test_edit_sets_see_every_change_and_ignore_layout(old, new, pad):
     spaced = file_edits("m.py", src(old, False), src(new, True))
     assert (plain == []) == (old == new)
     assert digest(plain) == digest(spaced)
+
+
+def test_only_changed_top_level_statements_are_parsed_and_the_edits_are_the_same():
+    """The fast path (parse only the top-level statements that differ) and the whole-file
+    parse give the same edits: decorators stay with their def, a col-0 docstring is fine."""
+    from forgepatch.patching.editset import _chunks, _whole_file_edits
+
+    before = ('"""Module doc\nat column 0.\n"""\nimport os\n\n\n@decorate\ndef f():\n    if is_sm100():\n'
+              '        return 1\n\n\nclass C:\n    def g(self):\n        return (a or\nb)\n')
+    after = before.replace("if is_sm100():", "if is_sm100() or is_sm120():").replace("import os\n", "import os\nimport re\n")
+    assert _chunks(before) is not None
+    fast, whole = file_edits("m.py", before, after), _whole_file_edits("m.py", before, after)
+    assert [e.key for e in fast] == [e.key for e in whole] and len(fast) == 2
+    assert {e.function for e in fast} == {"<module>", "f"}
+
+
+def test_fast_path_matches_whole_file_on_real_patched_releases():
+    from forgepatch.config import load_matrix
+    from forgepatch.patching.editset import _whole_file_edits, canonical
+    from forgepatch.patching.engine import run_patches
+    from forgepatch.patching.series import load_series
+    from forgepatch.patching.trees import DirTree
+    from forgepatch.paths import SHIPPED_MATRIX, SHIPPED_PATCHES
+    from forgepatch.sources import pypi_tree
+
+    matrix = load_matrix(SHIPPED_MATRIX)
+    seen = 0
+    for version in ("0.5.3.post2", "0.5.14", "0.5.23"):
+        for arch in ("sm120", "sm103"):
+            series = load_series(matrix, arch, SHIPPED_PATCHES)
+            res = run_patches(DirTree(pypi_tree(version).package, True), list(series.patches), series.arch, version)
+            for p in res.patches:
+                for rel, new in p.changes.items():
+                    fast = canonical(file_edits(rel, res.originals[rel], new))
+                    assert [e.key for e in fast] == [e.key for e in canonical(_whole_file_edits(rel, res.originals[rel], new))]
+                    seen += bool(fast)
+    assert seen >= 6

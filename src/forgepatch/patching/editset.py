@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 from typing import Any, Iterable
@@ -87,13 +88,80 @@ def series_edits(originals: dict[str, str], steps: list[tuple[str, dict[str, str
 
 
 def file_edits(rel: str, before: str, after: str) -> list[Edit]:
-    """The edits that turn ``before`` into ``after`` (texts of file ``rel``)."""
+    """The edits that turn ``before`` into ``after`` (texts of file ``rel``).
+
+    Only the top-level statements that differ are parsed (a patch touches a few functions
+    of a file with hundreds); where the text cannot be cut into top-level statements that
+    parse on their own, both files are parsed whole. Either way the same edits come out."""
+    old_chunks, new_chunks = _chunks(before), _chunks(after)
+    if old_chunks is not None and new_chunks is not None:
+        edits: list[Edit] = []
+        ok = True
+        matcher = SequenceMatcher(None, [c[1] for c in old_chunks], [c[1] for c in new_chunks], autojunk=False)
+        for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+            if tag == "equal":
+                continue
+            piece_b, piece_a = _join(old_chunks[i1:i2]), _join(new_chunks[j1:j2])
+            try:
+                found = _edits(rel, ast.parse(piece_b), piece_b, ast.parse(piece_a), piece_a)
+            except (SyntaxError, ValueError):
+                ok = False
+                break
+            edits += found
+        if ok:
+            return edits
+    return _whole_file_edits(rel, before, after)
+
+
+def _chunks(text: str) -> list[tuple[int, str]] | None:
+    """The text cut before every top-level statement line: (first line, text); a decorator
+    stays with what it decorates. None for a file with a form feed or a backslash at a line
+    end (cut it whole)."""
+    if "\f" in text or "\\\n" in text:
+        return None
+    starts = [m.start() for m in _TOP_LINE.finditer(text)]
+    if not starts or starts[0] != 0:
+        starts = [0] + starts
+    out: list[tuple[int, str]] = []
+    line = 1
+    merged = False
+    for k, at in enumerate(starts):
+        end = starts[k + 1] if k + 1 < len(starts) else len(text)
+        piece = text[at:end]
+        if merged:
+            out[-1] = (out[-1][0], out[-1][1] + piece)
+        else:
+            out.append((line, piece))
+        merged = piece.startswith("@")
+        line += piece.count("\n")
+    return out
+
+
+def _join(chunks: list[tuple[int, str]]) -> str:
+    """Consecutive chunks as one text whose lines are numbered as in the file."""
+    if not chunks:
+        return ""
+    return "\n" * (chunks[0][0] - 1) + "".join(c[1] for c in chunks)
+
+
+_TOP_LINE = re.compile(r"^(?![ \t#\n\r)\]}]|else\b|elif\b|except\b|finally\b|case\b)", re.M)
+
+
+def _whole_file_edits(rel: str, before: str, after: str) -> list[Edit]:
     try:
-        old, new = _scopes(ast.parse(before)), _scopes(ast.parse(after))
+        old_tree, new_tree = ast.parse(before), ast.parse(after)
+        # only scopes whose source changed are flattened (ast.unparse is the cost)
     except (SyntaxError, ValueError) as exc:  # not Python we can read: the whole file is one edit
         why = f"<not parseable: {type(exc).__name__}>"
         return [Edit(rel, "<file>", (), (why, hashlib.sha256(before.encode()).hexdigest()[:12]),
                      (hashlib.sha256(after.encode()).hexdigest()[:12],))]
+    return _edits(rel, old_tree, before, new_tree, after)
+
+
+def _edits(rel: str, old_tree: ast.Module, before: str, new_tree: ast.Module, after: str) -> list[Edit]:
+    old_spans, new_spans = _spans(old_tree, before), _spans(new_tree, after)
+    changed = {q for q in old_spans.keys() | new_spans.keys() if old_spans.get(q) != new_spans.get(q)}
+    old, new = _scopes(old_tree, changed), _scopes(new_tree, changed)
     edits: list[Edit] = []
     for qual in list(new) + [q for q in old if q not in new]:
         b, a = old.get(qual, []), new.get(qual, [])
@@ -113,7 +181,36 @@ def file_edits(rel: str, before: str, after: str) -> list[Edit]:
 _Item = tuple  # (text, within, line)
 
 
-def _scopes(tree: ast.Module) -> dict[str, list[_Item]]:
+def _blocks(st: ast.stmt) -> list[list[ast.stmt]]:
+    """The statement lists directly inside a compound statement (not a def's or class's)."""
+    out = [getattr(st, f) for f in ("body", "orelse", "finalbody") if isinstance(getattr(st, f, None), list)]
+    out += [h.body for h in getattr(st, "handlers", ())] + [c.body for c in getattr(st, "cases", ())]
+    return out
+
+
+def _spans(tree: ast.Module, text: str) -> dict[str, str]:
+    """qualified scope -> its source text (decorators included), for every def and class."""
+    lines = text.splitlines(keepends=True)
+    spans: dict[str, str] = {}
+
+    def walk(stmts: list[ast.stmt], qual: str) -> None:
+        for st in stmts:
+            if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                inner = st.name if qual == MODULE else f"{qual}.{st.name}"
+                start = min([d.lineno for d in st.decorator_list] + [st.lineno])
+                spans[inner] = spans.get(inner, "") + "".join(lines[start - 1:st.end_lineno])
+                walk(st.body, inner)
+            else:
+                for body in _blocks(st):
+                    walk(body, qual)
+
+    walk(tree.body, MODULE)
+    return spans
+
+
+def _scopes(tree: ast.Module, only: set[str] | None = None) -> dict[str, list[_Item]]:
+    """qualified scope -> its flattened statements; with ``only``, a def or class scope not
+    in it is left out (its header still counts in the scope around it)."""
     scopes: dict[str, list[_Item]] = {}
 
     def block(stmts: list[ast.stmt], qual: str, within: tuple[str, ...]) -> None:
@@ -123,7 +220,9 @@ def _scopes(tree: ast.Module) -> dict[str, list[_Item]]:
                 continue  # a docstring (or a bare string): not behaviour
             if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 items.append((_def_header(st), within, st.lineno))
-                block(st.body, st.name if qual == MODULE else f"{qual}.{st.name}", ())
+                inner = st.name if qual == MODULE else f"{qual}.{st.name}"
+                if only is None or inner in only:
+                    block(st.body, inner, ())
             elif isinstance(st, (ast.Import, ast.ImportFrom)):
                 for text in _imports(st):
                     items.append((text, within, st.lineno))
