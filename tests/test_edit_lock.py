@@ -204,3 +204,20 @@ def test_shipped_series_passes_its_lock_on_the_newest_release(arch, tmp_path):
     doc = json.loads(run.out)
     assert doc["status"] == "changed" and all(p["status"] == "applied" for p in doc["patches"]), doc
     assert all(p["edit_set"] for p in doc["patches"])
+
+
+def test_drift_shows_review_and_the_edit_set_change_across_pins(tmp_path, nightlies_repo):
+    """`drift` over a git history of releases judges the lock like apply, and says where the
+    patch's edit set changed: here the MiMo gate the marker starts to match in 0.5.23."""
+    project = _project(tmp_path, "user-ar-auto", AR_AUTO)
+    assert forgepatch("patch", "lock", "--arch", "sm120", "--source", "pypi:0.5.20", cwd=project).rc == 0
+    run = forgepatch("drift", "--arch", "sm120", "--repo", nightlies_repo, "--revs", "v0.5.20,v0.5.23", "--json",
+                     cwd=project)
+    assert run.rc == 1, run.err
+    doc = run.json()
+    statuses = [r["patches"][0]["status"] for r in doc["revs"]]
+    assert statuses == ["applied", "review"]
+    text = forgepatch("drift", "--arch", "sm120", "--repo", nightlies_repo, "--revs", "v0.5.20,v0.5.23",
+                      cwd=project).out
+    (line,) = [ln for ln in text.splitlines() if "edit set" in ln and "->" in ln and "user-ar-auto" in ln]
+    assert "(v0.5.20 -> v0.5.23)" in line and "attn_cp_size == 1" in line
