@@ -209,7 +209,11 @@ def test_shipped_series_passes_its_lock_on_the_newest_release(arch, tmp_path):
 def test_drift_shows_review_and_the_edit_set_change_across_pins(tmp_path, nightlies_repo):
     """`drift` over a git history of releases judges the lock like apply, and says where the
     patch's edit set changed: here the MiMo gate the marker starts to match in 0.5.23."""
-    project = _project(tmp_path, "user-ar-auto", AR_AUTO)
+    # on 0.5.20 the runtime gate is on the feature's path too: this patch leaves it (declared)
+    text = AR_AUTO + (
+        '\n[[ignore]]\nfunction = "apply_flashinfer_allreduce_fusion"\n'
+        'reason = "the runtime fusion gate is another patch\'s"\n')
+    project = _project(tmp_path, "user-ar-auto", text)
     assert forgepatch("patch", "lock", "--arch", "sm120", "--source", "pypi:0.5.20", cwd=project).rc == 0
     run = forgepatch("drift", "--arch", "sm120", "--repo", nightlies_repo, "--revs", "v0.5.20,v0.5.23", "--json",
                      cwd=project)

@@ -110,8 +110,8 @@ def patch_lock(
         print_json([r.to_json() for r in rows])
     else:
         for r in rows:
-            what = (f"wrote {r.lock}" if r.lock else "lock unchanged" if r.edit_set or not r.detail
-                    else f"not recorded: {r.detail}")
+            what = (f"not recorded: {r.detail}" if r.detail else f"wrote {r.lock}" if r.lock
+                    else "lock unchanged")
             typer.echo(f"{r.patch}  {r.arch}@{r.version}  {r.source}  {r.status}  edit set {r.edit_set or '-'}  {what}")
     failed = [r for r in rows if r.detail]
     if failed:
