@@ -7,12 +7,12 @@ from typing import List, Optional
 
 import typer
 
-from forgepatch.cli._options import arch_option, pin_option, source_option, source_or_pin
+from forgepatch.cli._options import arch_option, pin_option
 from forgepatch.cli._state import STATE, console, print_json
 
 _STYLE = {"applied": "green", "already-applied": "cyan", "absorbed-upstream": "blue", "ignored": "yellow",
           "not-applicable": "dim", "incomplete": "bold red", "drift": "bold red",
-          "review": "bold red"}
+          "review": "bold magenta"}
 # When nothing is written (--check, --diff, or a failed run) no edit "was applied": say what
 # the run would do instead. The word "applied" appears only when files were written.
 _UNWRITTEN = {"applied": "would apply", "already-applied": "already patched"}
@@ -99,6 +99,24 @@ def _written(run, src: str, in_place: bool) -> None:
         con.print(f"  {what:<28} {escape(cmd)}", soft_wrap=True)
 
 
+def _accepted(run) -> None:
+    """What ``--accept`` recorded (stderr: it precedes the run's own report)."""
+    from rich.markup import escape
+
+    from forgepatch.patching.editset import Edit
+
+    con = console(stderr=True)
+    accepted = run.extra.get("accepted", [])
+    if not accepted:
+        con.print("accept: no lock changed" + (" (the series fails for another reason: nothing accepted)"
+                                               if run.result.drift else ""))
+    for row in accepted:
+        con.print(f"accepted into {escape(row['lock'])} ({row['patch']} on {run.result.arch}@{run.result.version}):")
+        for doc in row["edits"]:
+            e = Edit.from_doc(doc)
+            con.print(f"  {escape(e.file)} {escape(e.function)}: {escape(e.describe())}", soft_wrap=True)
+
+
 def _shown(path: Path) -> Path:
     """``path`` relative to the working directory when it is under it (shorter to read)."""
     try:
@@ -146,6 +164,11 @@ def _failure_message(res) -> str:
                     gate = f"`{loc.gate}` " if loc.gate else ""
                     detail = loc.detail.replace(f"; {INCOMPLETE_HINT}", "")
                     parts.append(f"patch {p.patch_id} incomplete: {loc.file}:{loc.line}: {loc.symbol}: {gate}{detail}")
+                elif loc.status is Status.REVIEW:
+                    where = f"{loc.file}:{loc.line}" if loc.line else f"{loc.file}"
+                    parts.append(f"patch {p.patch_id} review: {where}: {loc.symbol}: {loc.detail}")
+            if s.status is Status.REVIEW:
+                parts.append(f"patch {p.patch_id} review: {s.detail}")
     if res.incomplete:
         parts.append(INCOMPLETE_HINT)
     return " | ".join(parts)
@@ -196,6 +219,10 @@ def register(app: typer.Typer) -> None:
         check: bool = typer.Option(False, "--check", help="Exit 0 iff already in the patched state; write nothing."),
         diff: bool = typer.Option(False, "--diff", help="Print a unified diff of the changes (per-site status on stderr)."),
         as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON document."),
+        accept: bool = typer.Option(False, "--accept", help="Record each patch's edit set on this pin in its "
+                                    "lock (patches/ID.lock) after you read the diff; a `review` status then passes."),
+        only: list[str] = typer.Option(None, "--patch", help="Run only this patch of the arch's series "
+                                       "(repeatable; series order is kept)."),
     ) -> None:
         """Apply the arch's patch series to an SGLang source; it checks itself before writing."""
         from forgepatch.errors import BadInput, Failure
@@ -215,13 +242,13 @@ def register(app: typer.Typer) -> None:
         sources = series_sources(arch, source, pin, matrix, STATE.patches())
         if len(sources) > 1:
             runs = apply_many(arch, sources, out, matrix, STATE.patches(), in_place=in_place, check=check,
-                              diff=diff, force=force)
+                              diff=diff, force=force, accept=accept, only=list(only) if only else None)
             _render_many(runs, arch, as_json, diff, check,
                          not_run(arch, matrix, STATE.patches(), [r.source.package_name for r in runs]))
             return
         source = sources[0]
         run = apply_arch(arch, source, out, matrix, STATE.patches(), in_place=in_place, check=check, diff=diff,
-                         force=force)
+                         force=force, accept=accept, only=list(only) if only else None)
         missing = not_run(arch, matrix, STATE.patches(), [run.source.package_name]) if matrix is not None else []
         for pkg in missing:  # said, never silently skipped (stderr: stdout stays the diff / the JSON)
             console(stderr=True).print(f"note: the {arch} series also patches {pkg}: not run here "
@@ -230,11 +257,15 @@ def register(app: typer.Typer) -> None:
             doc = run.to_json()
             if missing:
                 doc["not_run"] = missing
+            if accept:
+                doc["accepted"] = run.extra.get("accepted", [])
             print_json(doc)
         elif diff:
             _render(run, stderr=True)
             typer.echo(run.diff, nl=False)
         else:
+            if accept:
+                _accepted(run)
             _render(run)
             if run.written:
                 import shlex

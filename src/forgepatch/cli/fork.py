@@ -117,6 +117,10 @@ def _render_fork(result) -> None:
                 elif s.status.value == "incomplete":  # the series' self-check: a gate left rejecting the arch
                     for loc in s.locations:
                         err.print(f"incomplete {p.patch_id}: {loc}", style="red", markup=False, soft_wrap=True)
+                elif s.status.value == "review":  # the edit set is not one the patch's lock accepts
+                    err.print(f"review {p.patch_id}: {s.detail}", style="magenta", markup=False, soft_wrap=True)
+                    for loc in s.locations:
+                        err.print(f"review {p.patch_id}: {loc}", style="magenta", markup=False, soft_wrap=True)
         return
     for p in result.apply.patches:
         out.print(f"  {p.patch_id}: {p.status.value}")

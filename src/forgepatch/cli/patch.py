@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from forgepatch.cli._options import arch_option
+from forgepatch.cli._options import arch_list_option, arch_option
 from forgepatch.cli._state import STATE, console, print_json
 
 patch_app = typer.Typer(rich_markup_mode=None, help="Write, test and list patches.", no_args_is_help=True)
@@ -52,21 +52,68 @@ def patch_new(
 
 
 @patch_app.command("test")
-def patch_test(ids: list[str] = typer.Argument(None, help="Patch ids (default: all).")) -> None:
-    """Run the patches' before/after examples (Fixit-style)."""
+def patch_test(
+    ids: list[str] = typer.Argument(None, help="Patch ids (default: all)."),
+    accept: bool = typer.Option(False, "--accept", help="Write each failing example's current output as its "
+                                "`after` (in the patch's .toml) and show the diff."),
+    as_json: bool = typer.Option(False, "--json", help="Print one row per example and the counts as JSON."),
+) -> None:
+    """Run the patches' before/after examples (Fixit-style); ends with `N passed, N failed`."""
     from forgepatch.patching.patchset import load_patches, patch_files
-    from forgepatch.patching.service import run_examples
+    from forgepatch.patching.service import accept_examples, example_runs
 
     pdir = STATE.patches()
     patches = load_patches(pdir, ids or list(patch_files(pdir)))
-    con = console()
-    failed = 0
-    for pid, name, error in run_examples(patches):
-        if error:
-            failed += 1
-            con.print(f"FAIL {pid}: {name}\n{error}", markup=False)
-        else:
-            con.print(f"ok   {pid}: {name}", markup=False)
+    runs = example_runs(patches)
+    accepted = accept_examples(runs) if accept else []
+    if accepted:  # run again from the rewritten files: an accepted `after` must pass (idempotence too)
+        runs = example_runs(load_patches(pdir, ids or list(patch_files(pdir))))
+    failed = [r for r in runs if r.error is not None]
+    passed = len(runs) - len(failed)
+    if as_json:
+        print_json({"examples": [r.to_json() for r in runs], "passed": passed, "failed": len(failed),
+                    "accepted": [{"patch": r.patch.id, "example": r.name, "diff": d} for r, d in accepted]})
+    else:
+        con = console()
+        for r, diff in accepted:
+            con.print(f"accepted {r.patch.id}: {r.name}: new `after` written to {r.patch.path}\n{diff}", markup=False)
+        for r in runs:
+            if r.error:
+                con.print(f"FAIL {r.patch.id}: {r.name}\n{r.error}", markup=False)
+            else:
+                con.print(f"ok   {r.patch.id}: {r.name}", markup=False)
+        con.print(f"{passed} passed, {len(failed)} failed" + (f" ({len(accepted)} accepted)" if accepted else ""),
+                  markup=False)
+    if failed:
+        raise typer.Exit(1)
+
+
+@patch_app.command("lock")
+def patch_lock(
+    ids: list[str] = typer.Argument(None, help="Patch ids (default: every patch of each arch's series)."),
+    arches: list[str] = arch_list_option("Arch whose series runs (repeatable)."),
+    sources: list[str] = typer.Option(None, "--source", help="pypi:VERSION | git:PATH_OR_URL@REV | DIR | a pin "
+                                      "name (repeatable; default: the default pin)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one row per arch, source and patch as JSON."),
+) -> None:
+    """Write or refresh the patches' edit locks (patches/ID.lock): run each arch's series on
+    each source and record what each patch changes there as reviewed. Read the diff first
+    (`forgepatch apply --diff`); a pin whose series fails for another reason records nothing."""
+    from forgepatch.errors import BadInput
+    from forgepatch.patching.service import lock_patches
+
+    if not arches:
+        raise BadInput("--arch: give at least one arch whose series to lock")
+    matrix = STATE.matrix()
+    rows = lock_patches(list(arches), list(sources or [None]), matrix, STATE.patches(), ids or None)
+    if as_json:
+        print_json([r.to_json() for r in rows])
+    else:
+        for r in rows:
+            what = (f"not recorded: {r.detail}" if r.detail else f"wrote {r.lock}" if r.lock
+                    else "lock unchanged")
+            typer.echo(f"{r.patch}  {r.arch}@{r.version}  {r.source}  {r.status}  edit set {r.edit_set or '-'}  {what}")
+    failed = [r for r in rows if r.detail]
     if failed:
         raise typer.Exit(1)
 

@@ -28,6 +28,7 @@ SHORT = {
     "ignored": "ignored",
     "incomplete": "INCOMPLETE",
     "drift": "DRIFT",
+    "review": "REVIEW",
 }
 
 
@@ -123,6 +124,9 @@ def patch_files_digest(patches_dir, ids: list[str]) -> str:
         path = files.get(pid)
         if path is not None and path.is_file():
             digest.update(pid.encode() + b"\0" + path.suffix.encode() + b"\0" + path.read_bytes() + b"\0")
+            lock = path.with_suffix(".lock")  # the edit lock decides `review`: a new lock, a new verdict
+            if lock.is_file():
+                digest.update(b"lock\0" + lock.read_bytes() + b"\0")
     return digest.hexdigest()
 
 
@@ -246,7 +250,7 @@ def health_over_time(report: DriftReport) -> list[PatchHealth]:
                 if p["patch"] == pid:
                     summary = summary or p.get("summary", "")
             status = rev.status(pid)
-            if status in ("drift", "incomplete") and first_drift is None:
+            if status in ("drift", "incomplete", "review") and first_drift is None:
                 first_drift = rev.label
             if status == "absorbed-upstream" and first_absorbed is None:
                 first_absorbed = rev.label
@@ -268,6 +272,8 @@ def _candidates(report: DriftReport) -> list[str]:
                     text = f"{p['patch']} site {site.get('site')}: {site.get('detail') or 'not found'}; candidates: {cands}"
                 elif site.get("status") == "incomplete":
                     text = f"{p['patch']} incomplete: {site.get('detail')}"
+                elif site.get("status") == "review":
+                    text = f"{p['patch']} review: {site.get('detail')}"
                 else:
                     continue
                 seen = groups.setdefault(text, [])
@@ -288,6 +294,31 @@ def _rev_runs(report: DriftReport, idx: list[int]) -> str:
              f"{report.revs[r[0]].label}..{report.revs[r[-1]].label}" for r in runs]
     text = ", ".join(parts)
     return f"{text} ({len(idx)} revisions)" if len(idx) > 1 else text
+
+
+def edit_set_changes(report: DriftReport) -> list[str]:
+    """One line per patch and pair of revisions (in report order) between which the patch's
+    edit set changed: the edits that appeared (+) and went (-). Revisions where the patch
+    changes nothing (already applied, absorbed, failed) do not break the comparison."""
+    from forgepatch.patching.editset import Edit
+
+    out = []
+    for pid in report.patch_ids:
+        last = None  # (label, digest, edits)
+        for rev in report.revs:
+            doc = next((p for p in rev.patches if p["patch"] == pid), None)
+            if not doc or not doc.get("edit_set"):
+                continue
+            edits = [Edit.from_doc(e) for e in doc.get("edits", [])]
+            if last is not None and last[1] != doc["edit_set"]:
+                old = {e.key for e in last[2]}
+                new = {e.key for e in edits}
+                plus = [f"+ {e.function}: {e.describe()}" for e in edits if e.key not in old]
+                minus = [f"- {e.function}: {e.describe()}" for e in last[2] if e.key not in new]
+                out.append(f"{pid} edit set {last[1]} -> {doc['edit_set']} ({last[0]} -> {rev.label}): "
+                           + "; ".join(plus + minus))
+            last = (rev.label, doc["edit_set"], edits)
+    return out
 
 
 def _gate_lines(report: DriftReport, markdown: bool) -> list[str]:
@@ -325,8 +356,11 @@ def render_markdown(report: DriftReport) -> str:
         out.append(f"| `{rev.label}` | {rev.version or '?'} | " + " | ".join(cells) + " |")
     out += ["", "| patch | first drift | first absorbed | advice |", "|---|---|---|---|"]
     for h in report.health:
-        advice = "retire this patch (upstream absorbed it)" if h.retire else ("fix the patch" if h.last_status in ("drift", "incomplete") else "keep")
+        advice = "retire this patch (upstream absorbed it)" if h.retire else ("fix the patch" if h.last_status in ("drift", "incomplete") else "review the edit set" if h.last_status == "review" else "keep")
         out.append(f"| `{h.patch}` | {h.first_drift or '-'} | {h.first_absorbed or '-'} | {advice} |")
+    changes = edit_set_changes(report)
+    if changes:
+        out += ["", "#### edit set changes", ""] + [f"- {line}" for line in changes]
     out += _gate_lines(report, markdown=True)
     cands = _candidates(report)
     if cands:
@@ -339,7 +373,7 @@ def render_markdown(report: DriftReport) -> str:
 def render_table(report: DriftReport, console) -> None:
     from rich.table import Table
 
-    styles = {"drift": "bold red", "incomplete": "bold red", "applied": "green", "already-applied": "cyan",
+    styles = {"drift": "bold red", "incomplete": "bold red", "review": "bold magenta", "applied": "green", "already-applied": "cyan",
               "absorbed-upstream": "yellow", "not-applicable": "dim"}
     table = Table(title=f"patch health for {report.arch}", title_justify="left")
     table.add_column("rev")
@@ -359,12 +393,14 @@ def render_table(report: DriftReport, console) -> None:
     for col in ("patch", "first drift", "first absorbed", "advice"):
         health.add_column(col)
     for h in report.health:
-        advice = "[yellow]retire this patch[/]" if h.retire else ("[red]fix the patch[/]" if h.last_status in ("drift", "incomplete") else "keep")
+        advice = "[yellow]retire this patch[/]" if h.retire else ("[red]fix the patch[/]" if h.last_status in ("drift", "incomplete") else "[magenta]review the edit set[/]" if h.last_status == "review" else "keep")
         health.add_row(h.patch, h.first_drift or "-", h.first_absorbed or "-", advice)
     console.print(health)
     from rich.markup import escape
 
     for line in _candidates(report):
         console.print(f"[red]drift[/] {escape(line)}", soft_wrap=True)
+    for line in edit_set_changes(report):
+        console.print(f"[magenta]edit set[/] {escape(line)}", soft_wrap=True)
     for line in _gate_lines(report, markdown=False):
         console.print(line, markup=False, highlight=False)

@@ -92,6 +92,10 @@ class PatchResult:
     status: Status
     sites: list[SiteResult] = field(default_factory=list)
     changes: dict[str, str] = field(default_factory=dict)  # rel path -> new text (this patch's step)
+    # what this patch changed, read off the trees (editset.Edit, in order) and its digest
+    # (None: it changed nothing); set by the series' lock check (editlock.review)
+    edits: list[Any] = field(default_factory=list, repr=False)
+    edit_set: str | None = None
 
     @property
     def edited_files(self) -> set[str]:
@@ -106,6 +110,8 @@ class PatchResult:
             "status": self.status.value,
             "sites": [s.to_json() for s in self.sites],
             "files": sorted(self.changes),
+            "edit_set": self.edit_set,
+            "edits": [e.to_doc() for e in self.edits],
         }
 
 

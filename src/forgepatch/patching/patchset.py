@@ -33,6 +33,9 @@ class Site:
     lone: bool = False  # arch-gate only: also widen a lone sm90/sm100 predicate
     anywhere: bool = False  # True: ``modules`` only order the search; any file may hold the site
     gates: str = "all"  # arch-gate: "all" gates of the feature in a site function, or exactly "one"
+    # arch-gate: only gates inside an enclosing branch (``if``/``elif``/``while`` test), ``with``
+    # or call that names one of these markers (e.g. the ``model_arch`` branch of one model)
+    within: tuple[str, ...] = ()
     options: tuple[tuple[str, Any], ...] = ()  # the codemod's own keys (its ``site_keys``), checked
 
     def option(self, key: str, default: Any = None) -> Any:
@@ -127,7 +130,7 @@ def patchset_hash(patches: list[Patch]) -> str:
 
 # -- parsing --------------------------------------------------------------------------------
 _SITE_KEYS = {"name", "functions", "modules", "markers", "required", "applies_to", "applies_to_reason",
-              "lone", "anywhere", "gates"}
+              "lone", "anywhere", "gates", "within"}
 _IGNORE_KEYS = {"function", "module", "gate", "reason"}
 _EXAMPLE_KEYS = {"before", "after", "arch", "path", "context", "upstream", "name", "fallback"}
 _PATCH_KEYS = {"id", "summary", "arches", "sites", "applies_to", "applies_to_reason", "ignore", "examples",
@@ -277,6 +280,7 @@ def build_patch(data: dict[str, Any], codemod: Any, path: Path | None = None) ->
             anywhere=anywhere,
             gates=gates,
             options=tuple((k, own[k](s[k], f"{where}.{k}")) for k in own if k in s),
+            within=_str_list(s["within"], f"{where}.within") if "within" in s else (),
         ))
         if hasattr(codemod, "check_site"):
             codemod.check_site(sites[-1], where, arches)

@@ -45,6 +45,19 @@ def load_series(matrix: Any, arch: str | Arch, patches_dir: Any) -> Series:
     return Series(arch_obj, patches)
 
 
+def only_patches(series: Series, ids: list[str] | None, flag: str = "--patch") -> Series:
+    """Part of ``series``: the patches ``ids`` names, in series order. An id not in the
+    series is BadInput naming the flag and the series."""
+    if not ids:
+        return series
+    have = [p.id for p in series.patches]
+    unknown = [i for i in ids if i not in have]
+    if unknown:
+        raise BadInput(f"{flag} {unknown[0]}: not in the {series.arch.name} series "
+                       f"(matrix.toml arches.{series.arch.name}.patches: {', '.join(have) or 'none'})")
+    return Series(series.arch, tuple(p for p in series.patches if p.id in ids))
+
+
 def _undeclared(matrix: Any, arch: str, patch: Patch) -> str:
     from forgepatch.config import key_line
     from forgepatch.errors import located
@@ -109,7 +122,21 @@ def run_series(series: Series, tree: Tree, version: str | None, *,
     rejecting the arch, or an edit made but not reported (or reported but not made), makes
     the patch ``incomplete`` and ``result.drift`` true, so no stage writes, commits, builds or
     releases it. With ``cache`` (drift scans over git blobs) only statuses are computed, and
-    the same check holds."""
-    from forgepatch.patching.engine import run_patches
+    the same check holds.
 
-    return run_patches(tree, list(series.patches), series.arch, version, cache=cache, pristine=pristine)
+    Each patch's edit set (what it changed, read off the trees) is then held to the patch's
+    lock (``editlock``): a set the lock does not accept for the arch makes the patch
+    ``review`` and ``result.drift`` true. A status-only scan that would edit a locked patch
+    runs once more with texts, so a scan judges the same edits as ``apply``."""
+    from forgepatch.patching import editlock
+    from forgepatch.patching.engine import run_patches
+    from forgepatch.patching.model import Status
+
+    patches = list(series.patches)
+    result = run_patches(tree, patches, series.arch, version, cache=cache, pristine=pristine)
+    texts = None
+    if cache is not None and any(p.status is Status.APPLIED and editlock.has_lock(patch)
+                                 for p, patch in zip(result.patches, patches)):
+        texts = run_patches(tree, patches, series.arch, version, pristine=pristine)
+    editlock.review(result, patches, texts)
+    return result

@@ -30,15 +30,16 @@ class ApplyRun:
         return doc
 
 
-def run_arch(arch: str, source: str | None, matrix, patches_dir: Path, src=None):
-    """Resolve the source (unless given) and run the arch's patch series in memory."""
+def run_arch(arch: str, source: str | None, matrix, patches_dir: Path, src=None, only: list[str] | None = None):
+    """Resolve the source (unless given) and run the arch's patch series (or the part of
+    it ``only`` names) in memory: the part of it that patches this source's package."""
     from forgepatch.patching.fulltree import PackageTree
-    from forgepatch.patching.series import for_package, load_series, run_series
+    from forgepatch.patching.series import for_package, load_series, only_patches, run_series
     from forgepatch.sources import resolve_source
 
     from forgepatch import progress
 
-    series = load_series(matrix, arch, patches_dir)
+    series = only_patches(load_series(matrix, arch, patches_dir), only)
     src = resolve_source(source, matrix) if src is None else src
     series = for_package(series, src.package_name, matrix)  # this source's package's part of the series
     tree = PackageTree(src.package, pristine=src.pristine, wheel=src.origin if src.kind == "pypi" else None)
@@ -61,14 +62,17 @@ def _tree_lock(src, what: str, write: bool):
 
 
 def apply_arch(arch: str, source: str | None, out: Path | None, matrix, patches_dir: Path,
-               in_place: bool = False, check: bool = False, diff: bool = False, force: bool = False) -> ApplyRun:
+               in_place: bool = False, check: bool = False, diff: bool = False, force: bool = False,
+               accept: bool = False, only: list[str] | None = None) -> ApplyRun:
     """Run the series; unless checking, write the result (``--out`` copy or ``--in-place``).
 
     ``--out DIR`` gets a complete package (the source's ``.py`` files, patched, and its other
     files: configs, data, compiled extensions) and a record of what was written; a directory
     forgepatch did not write is refused before any work unless ``force`` (``outdir``).
     An in-place run holds the tree's lock from before it reads the tree until its journal
-    is gone, so a concurrent run waits (or fails with one line) and then sees the result."""
+    is gone, so a concurrent run waits (or fails with one line) and then sees the result.
+    ``accept`` records each patch's edit set in its lock (``editlock``) before anything is
+    written, unless the series fails for another reason than ``review``."""
     from forgepatch.patching import outdir
     from forgepatch.patching.writer import unified_diff, write_in_place, write_out
     from forgepatch.sources import resolve_source
@@ -84,8 +88,10 @@ def apply_arch(arch: str, source: str | None, out: Path | None, matrix, patches_
         raise BadInput("--in-place: only a local directory source can be patched in place")
     write = in_place and not check
     with _tree_lock(src, "apply --in-place" if write else "apply", write=write):
-        result, src, _tree, _patches = run_arch(arch, source, matrix, patches_dir, src=src)
+        result, src, _tree, _patches = run_arch(arch, source, matrix, patches_dir, src=src, only=only)
         run = ApplyRun(result, src)
+        if accept:
+            run.extra["accepted"] = accept_edits(result, _patches)
         if diff:
             run.diff = unified_diff(result.original_bytes(), result.changed_bytes(), prefix=src.package.name)
         if check or result.drift:
@@ -153,7 +159,8 @@ def out_for(out: Path | None, src, matrix) -> tuple[Path | None, str]:
 
 
 def apply_many(arch: str, sources: list[str], out: Path | None, matrix, patches_dir: Path, in_place: bool = False,
-               check: bool = False, diff: bool = False, force: bool = False) -> list[ApplyRun]:
+               check: bool = False, diff: bool = False, force: bool = False, accept: bool = False,
+               only: list[str] | None = None) -> list[ApplyRun]:
     """One ``apply`` over several packages (one source each): every package's part of the
     series runs in memory first; only when none drifts is anything written (each package
     crash-safely, like a single-package run). A package named twice is refused."""
@@ -183,8 +190,10 @@ def apply_many(arch: str, sources: list[str], out: Path | None, matrix, patches_
         for src in srcs:
             stack.enter_context(_tree_lock(src, "apply --in-place" if write else "apply", write=write))
         for src in srcs:
-            result, _src, _tree, _patches = run_arch(arch, None, matrix, patches_dir, src=src)
+            result, _src, _tree, _patches = run_arch(arch, None, matrix, patches_dir, src=src, only=only)
             run = ApplyRun(result, src)
+            if accept:
+                run.extra["accepted"] = accept_edits(result, _patches)
             if diff:
                 run.diff = unified_diff(result.original_bytes(), result.changed_bytes(), prefix=src.package.name)
             runs.append(run)
@@ -208,6 +217,66 @@ def apply_many(arch: str, sources: list[str], out: Path | None, matrix, patches_
     return runs
 
 
+def accept_edits(result: ApplyResult, patches) -> list[dict]:
+    """``--accept``: the run's edit sets go into the patches' locks, unless a patch fails
+    for a reason other than ``review`` (then nothing is accepted). Returns what was accepted
+    (patch, lock, edits) for the output."""
+    from forgepatch.patching import editlock
+    from forgepatch.patching.model import Status
+
+    if any(Status.worst([s.status for s in p.sites if s.site != editlock.EDIT_LOCK_SITE]).failed
+           for p in result.patches):
+        return []
+    edits = {p.patch_id: p.edits for p in result.patches}
+    written = editlock.accept(result, patches)
+    by_path = {str(editlock.lock_path(p)): p.id for p in patches}
+    return [{"patch": by_path.get(str(path)), "lock": str(path),
+             "edits": [e.to_doc() for e in edits.get(by_path.get(str(path)), [])]} for path in written]
+
+
+@dataclass
+class LockRow:
+    arch: str
+    source: str
+    version: str | None
+    patch: str
+    status: str  # the patch's status on that pin (before accepting)
+    edit_set: str | None
+    lock: str | None  # the lock file written, if it changed
+    detail: str = ""
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+def lock_patches(arches: list[str], sources: list[str | None], matrix, patches_dir, ids: list[str] | None = None
+                 ) -> list[LockRow]:
+    """``forgepatch patch lock``: run each arch's series on each source and record every
+    patch's edit set in its lock (created if missing, the pin moved to its current set).
+    A pin on which the series fails for another reason than ``review`` records nothing
+    (its rows say why)."""
+    from forgepatch.patching import editlock
+    from forgepatch.patching.model import Status
+
+    rows: list[LockRow] = []
+    for arch in arches:
+        for source in sources:
+            result, src, _tree, patches = run_arch(arch, source, matrix, patches_dir)
+            chosen = [p for p in patches if ids is None or p.id in ids]
+            before = {p.patch_id: (p.status.value, p.edit_set,
+                                   "; ".join(s.detail for s in p.sites if s.status.failed)) for p in result.patches}
+            blocked = any(Status.worst([s.status for s in p.sites if s.site != editlock.EDIT_LOCK_SITE]).failed
+                          for p in result.patches)
+            written = {} if blocked else {str(path): path for path in editlock.accept(result, chosen)}
+            for patch in chosen:
+                status, edit_set, detail = before.get(patch.id, ("not-applicable", None, ""))
+                path = str(editlock.lock_path(patch))
+                rows.append(LockRow(arch, src.label, result.version, patch.id, status, edit_set,
+                                    path if path in written else None,
+                                    (detail or "another patch of the series fails on this pin") if blocked else ""))
+    return rows
+
+
 def lint_arch(arch: str, source: str | None, matrix, patches_dir: Path):
     """Patch in memory; the series' self-check lists the feature's gates that still reject
     the arch (incomplete) and the ones a patch knowingly leaves (ignored)."""
@@ -227,8 +296,29 @@ def self_check_locations(result: ApplyResult):
             for loc in s.locations]
 
 
+@dataclass
+class ExampleRun:
+    """One example of one patch, run: ``error`` None when it passed; ``got`` the output
+    (None when the run raised)."""
+
+    patch: object  # patchset.Patch
+    index: int  # position in the patch's examples
+    name: str
+    error: str | None
+    got: str | None
+
+    def to_json(self) -> dict:
+        return {"patch": self.patch.id, "example": self.name, "index": self.index,
+                "status": "passed" if self.error is None else "failed", "error": self.error}
+
+
 def run_examples(patches) -> list[tuple[str, str, str | None]]:
-    """Run every patch's examples; returns (patch id, example name, failure or None).
+    """Run every patch's examples; returns (patch id, example name, failure or None)."""
+    return [(r.patch.id, r.name, r.error) for r in example_runs(patches)]
+
+
+def example_runs(patches) -> list[ExampleRun]:
+    """Run every patch's examples (see :func:`run_examples`), keeping each output.
 
     An example's tree is ``path`` (holding ``before``) plus its ``context`` files. ``before``
     must become ``after`` (a fixed point), or stay unchanged when there is no ``after``; an
@@ -239,10 +329,11 @@ def run_examples(patches) -> list[tuple[str, str, str | None]]:
 
     out = []
     for patch in patches:
-        for ex in patch.examples:
+        for i, ex in enumerate(patch.examples):
             files = dict(ex.context)
             files[ex.path] = ex.before
             arch = get_arch(ex.arch)
+            got = None
             try:
                 res = run_patches(MemoryTree(files, pristine=ex.upstream), [patch], arch, None)
                 got = res.changed.get(ex.path, ex.before)
@@ -254,8 +345,59 @@ def run_examples(patches) -> list[tuple[str, str, str | None]]:
                         error = "not idempotent: a second run changes the output again"
             except Exception as exc:  # noqa: BLE001 - report, don't crash the runner
                 error = f"{type(exc).__name__}: {exc}"
-            out.append((patch.id, ex.name, error))
+            out.append(ExampleRun(patch, i, ex.name, error, got))
     return out
+
+
+def accept_examples(runs: list[ExampleRun]) -> list[tuple[ExampleRun, str]]:
+    """``patch test --accept``: each failed example whose output differs from what it
+    expects gets that output as its ``after`` (the patch's ``.toml`` is rewritten in place,
+    comments and layout kept; atomically). Returns (example, diff of the old expectation
+    against the new ``after``). A ``.py`` patch's examples are code: BadInput."""
+    import os
+    import tempfile
+
+    import tomlkit
+
+    todo = [r for r in runs if r.error is not None and r.got is not None
+            and r.got != (r.patch.examples[r.index].after or r.patch.examples[r.index].before)]
+    by_file: dict[Path, list[ExampleRun]] = {}
+    for r in todo:
+        path = Path(r.patch.path)
+        if path.suffix != ".toml":
+            raise BadInput(f"{path}: --accept rewrites .toml patches only; put the new `after` of example "
+                           f"{r.name!r} in the file yourself")
+        by_file.setdefault(path, []).append(r)
+    done = []
+    for path, rs in by_file.items():
+        doc = tomlkit.parse(path.read_text(encoding="utf-8"))
+        for r in rs:
+            ex = r.patch.examples[r.index]
+            table = doc["examples"][r.index]
+            literal = "\'\'\'" not in r.got and "\r" not in r.got
+            table["after"] = tomlkit.string(("\n" if r.got.startswith("\n") else "") + r.got,
+                                            multiline=True, literal=literal)
+            if _toml_value(doc, r.index) != r.got:  # what TOML reads back must be the output exactly
+                table["after"] = tomlkit.string(r.got)
+            done.append((r, _diff(ex.after if ex.after is not None else ex.before, r.got)))
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(tomlkit.dumps(doc))
+            os.chmod(tmp, path.stat().st_mode & 0o777)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    return done
+
+
+def _toml_value(doc, index: int):
+    import tomllib
+
+    import tomlkit
+
+    return tomllib.loads(tomlkit.dumps(doc))["examples"][index].get("after")
 
 
 def _example_error(ex, res, got: str) -> str | None:

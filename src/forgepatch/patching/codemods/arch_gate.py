@@ -43,6 +43,37 @@ def gated_unit(node: cst.CSTNode, ctx: FileContext) -> list[cst.CSTNode]:
     return [node]
 
 
+def normalised(code: str) -> str:
+    """An expression's code in ``ast.unparse``'s spelling (what ``ignore.gate`` is matched
+    against, as the self-check spells gates)."""
+    import ast
+
+    try:
+        return ast.unparse(ast.parse(code.strip(), mode="eval"))
+    except SyntaxError:
+        return " ".join(code.split())
+
+
+def within_named(node: cst.CSTNode, func: cst.CSTNode, markers: tuple[str, ...], ctx: FileContext) -> bool:
+    """Does ``node`` sit inside a branch, ``with`` or call (below ``func``) that names one
+    of ``markers``? A branch counts for its own body only: the gate must be under the
+    ``if``/``elif``/``while`` whose test names the marker, not in its ``else``."""
+    child, cur = node, ctx.parents.get(node)
+    while cur is not None and cur is not func:
+        if isinstance(cur, (cst.If, cst.While)) and child is cur.body:
+            if node_names_any([cur.test], markers):
+                return True
+        elif isinstance(cur, cst.With) and child is cur.body:
+            if node_names_any(list(cur.items), markers):
+                return True
+        elif isinstance(cur, cst.Call) and child is not cur.func:
+            if node_names_any([cur.func], markers) or node_names_any(
+                    [a for a in cur.args if a is not child and a.value is not child], markers):
+                return True
+        child, cur = cur, ctx.parents.get(cur)
+    return False
+
+
 def gate_line(gate: Gate, ctx: FileContext) -> int | None:
     """The line a gate is reported at: its first operand's (what ``ast`` calls the gate's
     line, so the self-check and the codemod name the same line)."""
@@ -139,13 +170,17 @@ class ArchGateCodemod(SiteCodemod):
         ctx.parents[func.body] = func
         chosen = [gate for gate in find_gates(func.body, ctx.parents)
                   if self._eligible(gate, site, target)
-                  and (not site.markers or node_names_any(gated_unit(gate.node, ctx), site.markers))]
+                  and (not site.markers or node_names_any(gated_unit(gate.node, ctx), site.markers))
+                  and (not site.within or within_named(gate.node, func, site.within, ctx))]
+        chosen = [gate for gate in chosen if not self._ignored(gate, site, symbol, ctx)]
         if not chosen:
             return None
-        if site.gates == "one" and len(chosen) > 1:
-            lines = ", ".join(str(gate_line(g, ctx)) for g in chosen)
+        rejecting = [g for g in chosen if not g.accepts(target)]
+        if site.gates == "one" and len(rejecting) > 1:  # a gate that already admits the arch does not count
+            lines = ", ".join(str(gate_line(g, ctx)) for g in rejecting)
             ctx.report(site.name, Status.DRIFT, func, symbol,
-                       f'ambiguous: {len(chosen)} gates of the feature (lines {lines}); the site says gates = "one"')
+                       f'ambiguous: {len(rejecting)} gates of the feature still reject {target} (lines {lines}); '
+                       f'the site says gates = "one"')
             return None
         mapping = {}
         for gate in chosen:
@@ -168,6 +203,20 @@ class ArchGateCodemod(SiteCodemod):
                 ctx.report(site.name, Status.INCOMPLETE, None, symbol,
                            "self-check: a widened gate did not land in the function", line=ctx.line(node))
         return edited
+
+    def _ignored(self, gate: Gate, site, symbol: str, ctx: FileContext) -> bool:
+        """``[[ignore]]`` means "never edit this gate": a gate a rule names is reported
+        ``ignored`` (with the rule's reason) and left as it is."""
+        rules = getattr(self.patch, "ignore", ()) or ()
+        if not rules:
+            return False
+        code = normalised(ctx.code(gate.node))
+        rule = next((r for r in rules if r.matches(ctx.rel, symbol, code)), None)
+        if rule is None:
+            return False
+        ctx.report(site.name, Status.IGNORED, None, symbol, f"`{code}` left as it is; ignored: {rule.reason}",
+                   line=gate_line(gate, ctx))
+        return True
 
     @staticmethod
     def _eligible(gate: Gate, site, target: str) -> bool:
