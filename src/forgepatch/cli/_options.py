@@ -19,7 +19,10 @@ SOURCE_HELP = "pypi:VERSION | git:PATH_OR_URL@REV | DIR | a pin name of matrix.t
 
 
 def _note(text: str) -> None:
-    print(f"forgepatch: note: {text}", file=sys.stderr)
+    from forgepatch.cli._ui import SETTINGS
+
+    if not SETTINGS["quiet"]:  # -q: errors only
+        print(f"forgepatch: note: {text}", file=sys.stderr)
 
 
 def canonical_arch(value: str) -> str:

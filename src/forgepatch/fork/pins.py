@@ -34,7 +34,9 @@ def editable_config(explicit: Path | None) -> Path:
     copy shipped inside the package."""
     from forgepatch.paths import SHIPPED_MATRIX
 
-    path = explicit if explicit is not None else Path("matrix.toml")
+    from forgepatch.paths import find_config
+
+    path = explicit if explicit is not None else (find_config() or Path("matrix.toml"))
     if not path.is_file():
         raise BadInput(f"--config: {path} does not exist (run `forgepatch init` or pass --config FILE)")
     if path.resolve() == SHIPPED_MATRIX.resolve():
