@@ -66,6 +66,7 @@ def _globals(
     _state.STATE.patches_dir = patches
     _state.STATE.debug = debug
     _state.STATE.verbosity = 1 if verbose else -1 if quiet else 0
+    _state.STATE._said = False
     _ui.SETTINGS.update(color=color, quiet=quiet)
 
 

@@ -18,7 +18,7 @@ def pin_add(
     name: str = typer.Argument(..., help="Pin name: a letter or digit, then letters, digits, '.', '_' or '-' (e.g. v0.5.23, nightly-1129)."),
     rev: Optional[str] = typer.Option(None, "--rev", help="A git revision of --repo (SHA, tag, branch); recorded as its full commit SHA with the package version found there."),
     pypi: Optional[str] = typer.Option(None, "--pypi", help="An SGLang release on PyPI (e.g. 0.5.23); the wheel is downloaded once and recorded with its sha256."),
-    repo: Optional[Path] = typer.Option(None, "--repo", help="With --rev: the local git checkout it is resolved in (default: the current directory)."),
+    repo: Optional[Path] = typer.Option(None, "--repo", help="With --rev: the git checkout it is resolved in (default: the current directory); recorded as the pin's repo."),
     json_out: bool = typer.Option(False, "--json", help="Print the pin as JSON."),
 ) -> None:
     """Add a pin to ./matrix.toml (or --config FILE), resolved so builds are reproducible.
@@ -29,7 +29,8 @@ def pin_add(
     from forgepatch.fork.pins import add_pin, editable_config
 
     config = editable_config(STATE.config_path)
-    row = add_pin(config, name, rev=rev, pypi=pypi, repo=repo)
+    row = add_pin(config, name, rev=rev, pypi=pypi, repo=repo,
+                  record_repo=str(repo) if repo is not None and rev is not None else None)  # recorded: apply --pin finds it
     if json_out:
         print_json(row.to_json())
     else:
