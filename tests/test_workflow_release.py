@@ -157,6 +157,9 @@ def _run(tmp_path: Path, env: dict[str, str], wheel: Path, base_ref: str, image_
     runs = first.run()
     made.update(_built(first))
     _assert_all_green(runs)
+    # the follow job: the fork's pin names the newest release already or gets it as a pin
+    follow = json.loads((first.artifacts / "follow" / "follow.json").read_text())
+    assert follow["pin"] and runs["follow"][0].outputs["drift"] in ("true", "false")
     (images,) = [json.loads(runs["plan"][0].outputs["images"])]
     assert [(i["arch"], i["pin"]) for i in images["include"]] == [("sm120", PIN)]
     merged = json.loads((first.artifacts / "smoke-results" / "smoke-results.json").read_text())

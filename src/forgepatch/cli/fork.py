@@ -37,6 +37,37 @@ def pin_add(
         console().print(f"pinned [bold]{row.name}[/] = {row.kind} {row.source} -> {row.resolved} in {config}")
 
 
+@pin_app.command("follow")
+def pin_follow(
+    version: Optional[str] = typer.Option(None, "--version", help="Follow this release instead of the newest on PyPI."),
+    report: Optional[Path] = typer.Option(None, "--report", help="Write the report (Markdown, a pull request's body) here."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Add the newest SGLang release on PyPI (`pip index versions sglang`) as a pin unless one
+    names it, check every arch's patches on it, and report (exit 1 when a patch drifts)."""
+    from forgepatch.errors import Failure
+    from forgepatch.fork.follow import follow
+    from forgepatch.fork.pins import editable_config
+
+    config = editable_config(STATE.config_path)
+    if report is not None:
+        from forgepatch.paths import check_path
+
+        check_path(report, "--report", "new-file")
+    rep = follow(config, STATE.patches(), version)
+    if report is not None:
+        from forgepatch.atomic import write_atomic
+
+        write_atomic(report, rep.markdown())
+    if json_out:
+        print_json(rep.to_json())
+    else:
+        console().print(rep.markdown(), markup=False)
+    if rep.drift:
+        bad = [c.arch for c in rep.checks if c.failed]
+        raise Failure(f"pin follow: {rep.pin} (sglang {rep.version}): patches drift on {', '.join(bad)}")
+
+
 def _arch_argument(ctx, value):
     from forgepatch.cli._options import canonical_arch
 
