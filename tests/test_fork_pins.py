@@ -45,7 +45,9 @@ def test_pin_add_pypi_records_wheel_sha256(tmp_path, capsys):
     rc, out, err = run_inprocess(capsys, "--config", config, "pin", "add", "rel", "--pypi", "0.5.10", "--json")
     assert rc == 0, err
     digest = hashlib.sha256(pypi_wheel("0.5.10").read_bytes()).hexdigest()
-    assert tomllib.loads(config.read_text())["pins"]["rel"] == {"pypi": "0.5.10", "sha256": digest}
+    # 0.5.10 is one pure wheel: it serves every Python and platform (per-platform pins: test_pin_platforms)
+    assert tomllib.loads(config.read_text())["pins"]["rel"] == {"pypi": "0.5.10", "sha256": digest,
+                                                                 "wheels": {"py3-any": digest}}
     rc, out, err = run_inprocess(capsys, "--config", config, "pin", "list", "--json")
     rows = {r["name"]: r for r in json.loads(out)}
     assert rows["rel"]["resolved"] == digest and rows["v0_5_23"]["default"] is True

@@ -263,13 +263,19 @@ def resolve_source(src: str | None, matrix=None) -> SourceTree:
     from forgepatch.paths import check_path
     from forgepatch.srcspec import parse_source
 
+    named = pin_name(src, matrix) if src is not None else (matrix.pin(None)[0] if matrix is not None else None)
     src = source_spec(src, matrix)
     try:
         kind, where, rev = parse_source(src, "--source")
     except ValueError as exc:
         raise BadInput(str(exc)) from None
     if kind == "pypi":
-        return pypi_tree(where)
+        tree = pypi_tree(where)
+        if named is not None:  # a pin: the wheel in use is the one it records (fork.wheels)
+            from forgepatch.fork.wheels import check_pin
+
+            check_pin(named, matrix.pins[named], tree)
+        return tree
     if kind == "git":
         package_dir = matrix.upstream.package_dir if matrix is not None else "python/sglang"
         return git_tree(f"{where}@{rev}", package_dir)

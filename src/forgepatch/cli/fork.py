@@ -37,6 +37,23 @@ def pin_add(
         console().print(f"pinned [bold]{row.name}[/] = {row.kind} {row.source} -> {row.resolved} in {config}")
 
 
+@pin_app.command("update")
+def pin_update(
+    name: str = typer.Argument(..., help="The pin to re-resolve."),
+    json_out: bool = typer.Option(False, "--json", help="Print the pin as JSON."),
+) -> None:
+    """Re-resolve a pin in ./matrix.toml (or --config FILE): a PyPI pin records the sha256 of
+    every wheel of its release again, a git pin its revision and version."""
+    from forgepatch.fork.pins import editable_config, update_pin
+
+    config = editable_config(STATE.config_path)
+    row = update_pin(config, name)
+    if json_out:
+        print_json(row.to_json())
+    else:
+        console().print(f"updated [bold]{row.name}[/] = {row.kind} {row.source} -> {row.resolved} in {config}")
+
+
 @pin_app.command("follow")
 def pin_follow(
     version: Optional[str] = typer.Option(None, "--version", help="Follow this release instead of the newest on PyPI."),
