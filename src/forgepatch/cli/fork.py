@@ -218,8 +218,16 @@ def drift_cmd(
     if report.drift:
         from forgepatch.errors import Failure
 
-        bad = sorted({r.label for r in report.revs for p in report.patch_ids if r.status(p) == "drift"})
-        raise Failure(f"drift at {len(bad)} of {len(report.revs)} revision(s): {', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''}")
+        failed: dict[str, set[str]] = {}  # label -> {"drift", "incomplete"}
+        for r in report.revs:
+            for pid in report.patch_ids:
+                if r.status(pid) in ("drift", "incomplete"):
+                    failed.setdefault(r.label, set()).add(r.status(pid))
+        bad = sorted(failed)
+        kinds = " or ".join(k for k in ("drift", "incomplete") if any(k in v for v in failed.values())) or "drift"
+        raise Failure(f"{kinds} at {len(bad)} of {len(report.revs)} revision(s): "
+                      + ", ".join(f"{label} ({'/'.join(sorted(failed[label]))})" for label in bad[:5])
+                      + (" ..." if len(bad) > 5 else ""))
     if report.gates:
         from forgepatch.errors import Failure
 
