@@ -162,6 +162,9 @@ def _run(tmp_path: Path, env: dict[str, str], wheel: Path, base_ref: str, image_
     assert follow["pin"] and runs["follow"][0].outputs["drift"] in ("true", "false")
     (images,) = [json.loads(runs["plan"][0].outputs["images"])]
     assert [(i["arch"], i["pin"]) for i in images["include"]] == [("sm120", PIN)]
+    # the test base has no CUDA library: --audit says so instead of a silent pass
+    assert "warning: kernel audit of" in "\n".join(runs["images"][0].logs)
+    assert "no CUDA library in the image" in "\n".join(runs["images"][0].logs)
     merged = json.loads((first.artifacts / "smoke-results" / "smoke-results.json").read_text())
     by = {j["profile"]: j for j in merged["jobs"]}
     assert by["probe"]["status"] == "skipped" and by["probe"]["verdict"] == "no-gpu"  # no GPU on this runner

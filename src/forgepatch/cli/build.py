@@ -77,6 +77,9 @@ def build(
         result.audit = summary.model_dump(mode="json")
         if summary.verdict != "pass":
             raise ship.audit_failure(summary, result.tags[0])
+        if not summary.cuda_libraries:  # a base without CUDA libraries runs no GPU kernel: say so
+            err.print(f"warning: kernel audit of {result.tags[0]}: no CUDA library in the image, no kernel was "
+                      f"checked for {target.arch.name} (is the base a CUDA image?)", markup=False, soft_wrap=True)
     if push and not result.registry_hit:
         with _PushProgress(err, result.tags[0]) as progress:
             pushed = ship.push(api, result, progress.event)
