@@ -74,6 +74,7 @@ def _register() -> None:
     from forgepatch.cli import apply as _apply
     from forgepatch.cli import audit as _audit
     from forgepatch.cli import build as _build
+    from forgepatch.cli import cache as _cache
     from forgepatch.cli import fork as _fork
     from forgepatch.cli import gates as _gates
     from forgepatch.cli import patch as _patch
@@ -82,7 +83,7 @@ def _register() -> None:
     from forgepatch.cli import results as _results
     from forgepatch.cli import smoke as _smoke
 
-    for module in (_apply, _build, _fork, _probe, _smoke, _results, _release, _audit, _gates, _patch):
+    for module in (_apply, _build, _fork, _probe, _smoke, _results, _release, _audit, _gates, _patch, _cache):
         module.register(app)
     _add_epilogs(app)
 
