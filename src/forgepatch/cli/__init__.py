@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in args
     from forgepatch import progress
 
-    if progress.wanted(args, sys.stderr):
+    if progress.wanted(args, sys.stderr) and not {"-q", "--quiet"} & set(args):  # -q: no progress either
         from forgepatch.cli._ui import make_console
 
         progress.enable(True, make_console(stderr=True))
