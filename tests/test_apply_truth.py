@@ -342,6 +342,9 @@ def test_fork_and_drift_refuse_an_incomplete_series(nightly_clone, tmp_path, cap
     doc = json.loads(out)
     assert rc == 1 and doc["drift"] is True
     assert [r["patches"][0]["status"] for r in doc["revs"]] == ["applied", "incomplete"]
+    # the one-line summary counts the incomplete revision and names it (not "drift at 0 of 2")
+    assert err.strip().splitlines()[-1].startswith("forgepatch: error: incomplete at 1 of 2 revision(s): ")
+    assert err.strip().endswith("(incomplete)")
     rc = main(["drift", "--arch", "sm120", "--repo", str(nightly_clone), "--revs", f"v0.5.23,{sha}", "--markdown"])
     md, _ = capsys.readouterr()
     assert rc == 1 and "INCOMPLETE" in md and "flashinfer_ar_fusion_applies_decode" in md

@@ -66,3 +66,14 @@ def test_smoke_takes_digests_only(tmp_path):
     BuildRecord(builds=[build()]).write(path)
     use_builds([spec], [path])
     assert spec.image == f"127.0.0.1:5000/x@{D}"
+
+
+def test_an_audit_of_no_cuda_library_says_so():
+    """An image without any CUDA library passes the audit vacuously: its line says that no
+    kernel was checked, never just "pass"."""
+    from forgepatch.combination.records import AuditSummary
+
+    none = AuditSummary(arch="sm120", verdict="pass", failing=[], cuda_libraries=0)
+    assert none.line() == "pass for sm120 (no CUDA library in the image: no kernel was checked)"
+    some = AuditSummary(arch="sm120", verdict="pass", failing=[], cuda_libraries=2)
+    assert some.line() == "pass for sm120 (2 CUDA libraries)"

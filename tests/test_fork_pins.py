@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+import sys
 import tomllib
 
 from support.forkcli import MATRIX, run_inprocess, write_matrix
@@ -21,13 +22,20 @@ def test_pin_add_rev_records_full_sha_and_version_keeping_layout(nightlies_repo,
     assert json.loads(out)["resolved"] == _head(nightlies_repo, "v0.5.15")
     text = config.read_text()
     pins = tomllib.loads(text)["pins"]
-    assert pins["nightly"] == {"rev": _head(nightlies_repo, "v0.5.15"), "version": "0.5.15"}
+    # --repo is recorded: `apply --pin nightly` finds the revision wherever it runs
+    assert pins["nightly"] == {"rev": _head(nightlies_repo, "v0.5.15"), "repo": str(nightlies_repo), "version": "0.5.15"}
     # the original text is intact, with the new table inserted after the last pin and
     # before the comment that introduces the next table
-    block = f'[pins.nightly]\nrev = "{_head(nightlies_repo, "v0.5.15")}"\nversion = "0.5.15"\n\n'
+    block = (f'[pins.nightly]\nrev = "{_head(nightlies_repo, "v0.5.15")}"\nrepo = "{nightlies_repo}"\n'
+             'version = "0.5.15"\n\n')
     assert block in text
     assert text.replace(block, "") == MATRIX
     assert text.index("[pins.nightly]") < text.index("# trailing comment block")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    r = subprocess.run([sys.executable, "-m", "forgepatch", "--config", str(config), "apply", "--arch", "sm120",
+                        "--pin", "nightly", "--check"], cwd=elsewhere, capture_output=True, text=True, timeout=300)
+    assert r.returncode in (0, 1) and "not a git repository" not in r.stderr, r.stderr
 
 
 def test_pin_add_pypi_records_wheel_sha256(tmp_path, capsys):
@@ -37,7 +45,9 @@ def test_pin_add_pypi_records_wheel_sha256(tmp_path, capsys):
     rc, out, err = run_inprocess(capsys, "--config", config, "pin", "add", "rel", "--pypi", "0.5.10", "--json")
     assert rc == 0, err
     digest = hashlib.sha256(pypi_wheel("0.5.10").read_bytes()).hexdigest()
-    assert tomllib.loads(config.read_text())["pins"]["rel"] == {"pypi": "0.5.10", "sha256": digest}
+    # 0.5.10 is one pure wheel: it serves every Python and platform (per-platform pins: test_pin_platforms)
+    assert tomllib.loads(config.read_text())["pins"]["rel"] == {"pypi": "0.5.10", "sha256": digest,
+                                                                 "wheels": {"py3-any": digest}}
     rc, out, err = run_inprocess(capsys, "--config", config, "pin", "list", "--json")
     rows = {r["name"]: r for r in json.loads(out)}
     assert rows["rel"]["resolved"] == digest and rows["v0_5_23"]["default"] is True

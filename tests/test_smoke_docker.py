@@ -62,7 +62,9 @@ def test_probe_in_container_says_no_gpu(smoke_image, tmp_path, no_leftovers):
     cfg = tmp_path / "m.toml"
     cfg.write_text(docker_matrix(tmp_path, {"probe": profile("probe", kind="probe", gpus=0, timeout_s=120)}, sm103=["probe"]))
     r = run_cli("--config", str(cfg), "smoke", "--runner", "docker", "--image", smoke_image, "--pin", "p23", "--json")
-    assert r.returncode == 0, r.stderr
+    # its only required job skipped: nothing was tested, which is not a pass (exit 1, one line)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith("forgepatch: error: all 1 required smoke job(s) skipped, nothing was tested")
     job = json.loads(r.stdout)["jobs"][0]
     assert job["verdict"] == "no-gpu" and job["status"] == "skipped" and job["exit_code"] == 3
 

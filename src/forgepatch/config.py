@@ -127,6 +127,7 @@ class Pin(_Strict):
     rev: str | None = None  # a git revision (full SHA once resolved)
     repo: str | None = None  # git repo for rev pins (default: the fork's own repo)
     sha256: str | None = None  # resolved wheel digest for pypi pins
+    wheels: dict[str, str] = Field(default_factory=dict)  # pypi pins: wheel tag -> sha256 (wheels)
     version: str | None = None  # upstream version of a rev pin, if known
     markers: dict[str, str] = Field(default_factory=dict)  # log-marker overrides for smoke
     packages: dict[str, PackagePin] = Field(default_factory=dict)  # other packages' versions
@@ -156,6 +157,16 @@ class Pin(_Strict):
     def _sha(cls, v: str | None) -> str | None:
         if v is not None and not re.fullmatch(r"[0-9a-f]{64}", v):
             raise ValueError(f"{v[:70]!r} is not a sha256 (64 lower-case hex digits)")
+        return v
+
+    @field_validator("wheels")
+    @classmethod
+    def _wheels(cls, v: dict[str, str]) -> dict[str, str]:
+        for tag, digest in v.items():
+            if not re.fullmatch(r"[0-9a-z_.]+-[0-9a-z_.]+", tag):
+                raise ValueError(f"wheel tag {tag[:70]!r} is not PYTHONTAG-PLATFORM (e.g. cp311-manylinux_2_34_x86_64)")
+            if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
+                raise ValueError(f"wheels.{tag}: {str(digest)[:70]!r} is not a sha256 (64 lower-case hex digits)")
         return v
 
     @model_validator(mode="after")
@@ -522,14 +533,14 @@ def load_matrix(path: Path, patches: PatchCatalog | None = None) -> Matrix:
 
 
 def default_config(explicit: Path | None = None) -> Path:
-    """``--config`` if given, else ``./matrix.toml``, else the shipped default. An interrupted
+    """``--config`` if given, else the matrix.toml ``paths.find_config`` finds (this directory
+    or the nearest parent, up to the repository root), else the shipped one. An interrupted
     ``init``/``pin add`` in that directory is finished (or undone) first (``journal``)."""
     from forgepatch.infra.journal import recover_tree
+    from forgepatch.paths import SHIPPED_MATRIX, find_config
 
-    chosen = explicit if explicit is not None else Path("matrix.toml")
+    chosen = explicit if explicit is not None else (find_config() or Path("matrix.toml"))
     recover_tree(chosen.parent)
     if explicit is not None:
         return explicit
-    from forgepatch.paths import SHIPPED_MATRIX
-
     return chosen if chosen.is_file() else SHIPPED_MATRIX

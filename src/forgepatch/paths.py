@@ -41,6 +41,33 @@ def cache_dir(*parts: str) -> Path:
     return path
 
 
+def find_config(start: Path | None = None) -> Path | None:
+    """The ``matrix.toml`` a command uses when ``--config`` is not given, found the way ruff
+    and pre-commit find theirs: in ``start`` (the current directory) or the nearest parent,
+    up to the root of the git repository ``start`` is in (that root included); outside a
+    repository, only ``start`` itself. None: none found (the shipped matrix is used)."""
+    here = Path.cwd() if start is None else Path(start)
+    here = here.absolute()
+    chain = [here, *here.parents]
+    root = next((d for d in chain if (d / ".git").exists()), None)
+    for d in chain if root is not None else [here]:
+        candidate = d / "matrix.toml"
+        if candidate.is_file():
+            return candidate if d != here else Path("matrix.toml")
+        if d == root:
+            break
+    return None
+
+
+def config_patches(config: Path) -> Path | None:
+    """The fork's patch directory: ``patches/`` beside its matrix.toml; with the shipped
+    matrix (no matrix.toml found), ``./patches``, where `patch new` writes. None when that
+    directory does not exist. Custom ``.py`` patches are imported from there only."""
+    shipped = Path(config).resolve() == SHIPPED_MATRIX.resolve()
+    beside = Path("patches") if shipped else Path(config).parent / "patches"
+    return beside if beside.is_dir() else None
+
+
 def check_path(path: Path, flag: str, want: str = "any") -> Path:
     """A path from the command line, checked before use: one-line BadInput (naming ``flag``)
     for a name too long, a symlink loop, a dangling link, a special file or the wrong kind.

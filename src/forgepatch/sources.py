@@ -21,6 +21,7 @@ from pathlib import Path
 from forgepatch.infra.atomic import write_atomic
 from forgepatch.errors import BadInput
 from forgepatch.paths import cache_dir
+from forgepatch.wheels import wheel_sha256  # noqa: F401  (sources.wheel_sha256, as before)
 
 PACKAGE = "sglang"
 
@@ -73,19 +74,6 @@ def pypi_wheel(version: str, dist: str = PACKAGE) -> Path:
         dest = root / wheels[0].name
         os.replace(wheels[0], dest)
     return dest
-
-
-def wheel_sha256(wheel: Path) -> str:
-    """sha256 of the wheel, memoised beside it (the cached wheel never changes)."""
-    memo = wheel.with_name(wheel.name + ".sha256")
-    if memo.is_file() and memo.stat().st_mtime >= wheel.stat().st_mtime:
-        return memo.read_text().strip()
-    digest = hashlib.sha256()
-    with wheel.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    write_atomic(memo, digest.hexdigest())
-    return digest.hexdigest()
 
 
 def extract_py(wheel: Path, dest: Path, import_name: str = PACKAGE) -> Path:
@@ -281,6 +269,7 @@ def resolve_source(src: str | None, matrix=None) -> SourceTree:
     from forgepatch.paths import check_path
     from forgepatch.srcspec import parse_source
 
+    named = pin_name(src, matrix) if src is not None else (matrix.pin(None)[0] if matrix is not None else None)
     src = source_spec(src, matrix)
     if src.startswith("pypi:") and "==" in src:
         return _package_pypi(src, matrix)
@@ -289,7 +278,12 @@ def resolve_source(src: str | None, matrix=None) -> SourceTree:
     except ValueError as exc:
         raise BadInput(str(exc)) from None
     if kind == "pypi":
-        return pypi_tree(where)
+        tree = pypi_tree(where)
+        if named is not None:  # a pin: the wheel in use is the one it records (wheels)
+            from forgepatch.wheels import check_pin
+
+            check_pin(named, matrix.pins[named], tree)
+        return tree
     if kind == "git":
         package_dir = matrix.upstream.package_dir if matrix is not None else "python/sglang"
         return git_tree(f"{where}@{rev}", package_dir)

@@ -49,18 +49,32 @@ def _globals(
     config: Optional[Path] = typer.Option(None, "--config", help="matrix.toml (default ./matrix.toml, else the shipped one)."),
     patches: Optional[Path] = typer.Option(None, "--patches", help="Your patch directory (default ./patches): its patches add to the shipped ones, and override a shipped patch of the same id."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+    verbose: bool = typer.Option(False, "-v", "--verbose", help="Also say which matrix.toml and patches/ were found (stderr). Works after the command too."),
+    quiet: bool = typer.Option(False, "-q", "--quiet", help="Print only errors and --json/--diff documents. Works after the command too."),
+    color: str = typer.Option("auto", "--color", metavar="auto|always|never",
+                              help="Colour: auto (a terminal, unless NO_COLOR; FORCE_COLOR forces it), always, never."),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="Print the version and exit."),
 ) -> None:
+    from forgepatch.cli import _ui
+
+    if color not in _ui.COLOR_MODES:
+        raise typer.BadParameter(f"{color!r} is not one of auto, always, never", param_hint="--color")
+    if verbose and quiet:
+        raise typer.BadParameter("give -q or -v, not both", param_hint="-q/-v")
     _state.STATE.config_path = config
     _state.STATE.patches_dir = patches
     _state.STATE.debug = debug
+    _state.STATE.verbosity = 1 if verbose else -1 if quiet else 0
+    _state.STATE._said = False
+    _ui.SETTINGS.update(color=color, quiet=quiet)
 
 
 def _register() -> None:
     from forgepatch.cli import apply as _apply
     from forgepatch.cli import audit as _audit
     from forgepatch.cli import build as _build
+    from forgepatch.cli import cache as _cache
     from forgepatch.cli import fork as _fork
     from forgepatch.cli import gates as _gates
     from forgepatch.cli import patch as _patch
@@ -69,7 +83,7 @@ def _register() -> None:
     from forgepatch.cli import results as _results
     from forgepatch.cli import smoke as _smoke
 
-    for module in (_apply, _build, _fork, _probe, _smoke, _results, _release, _audit, _gates, _patch):
+    for module in (_apply, _build, _fork, _probe, _smoke, _results, _release, _audit, _gates, _patch, _cache):
         module.register(app)
     _add_epilogs(app)
 
@@ -94,16 +108,41 @@ def _click_exceptions():
     return exceptions
 
 
+GLOBAL_FLAGS = ("-v", "--verbose", "-q", "--quiet")
+
+
+def hoist_globals(args: list[str]) -> list[str]:
+    """``-q``/``-v``/``--color`` are global options that work on every command, also after
+    it (``forgepatch apply -v ...``, as ruff and pre-commit take them): moved to the front
+    before parsing. Nothing after ``--`` moves."""
+    front, rest, i = [], [], 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            rest += args[i:]
+            break
+        if a in GLOBAL_FLAGS or a.startswith("--color="):
+            front.append(a)
+        elif a == "--color" and i + 1 < len(args):
+            front += [a, args[i + 1]]
+            i += 1
+        else:
+            rest.append(a)
+        i += 1
+    return front + rest
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: maps errors onto exit codes with one-line messages."""
     from forgepatch.errors import ForgepatchError
 
     cexc = _click_exceptions()
-    args = argv if argv is not None else sys.argv[1:]
+    args = hoist_globals(list(argv if argv is not None else sys.argv[1:]))
+    argv = args
     debug = "--debug" in args
     from forgepatch import progress
 
-    if progress.wanted(args, sys.stderr):
+    if progress.wanted(args, sys.stderr) and not {"-q", "--quiet"} & set(args):  # -q: no progress either
         from forgepatch.cli._ui import make_console
 
         progress.enable(True, make_console(stderr=True))

@@ -19,7 +19,10 @@ SOURCE_HELP = "pypi:VERSION | git:PATH_OR_URL@REV | DIR | a pin name of matrix.t
 
 
 def _note(text: str) -> None:
-    print(f"forgepatch: note: {text}", file=sys.stderr)
+    from forgepatch.cli._ui import SETTINGS
+
+    if not SETTINGS["quiet"]:  # -q: errors only
+        print(f"forgepatch: note: {text}", file=sys.stderr)
 
 
 def canonical_arch(value: str) -> str:
@@ -77,4 +80,9 @@ def source_or_pin(source: Optional[str], pin: Optional[str], matrix: Any) -> Opt
         return source
     if source is not None:
         raise BadInput("--pin and --source are exclusive: --pin NAME means the pin's source")
-    return matrix.pin(pin)[1].source
+    import os
+
+    source = matrix.pin(pin)[1].source
+    # the pin's name (resolve_source checks the wheel against the pin), unless a path of
+    # that name would shadow it
+    return source if os.path.lexists(pin) else pin

@@ -39,7 +39,7 @@ def build(
     if record is not None:
         ship.check_record_path(record)
     api = connect()  # fail fast, before patching: engine down / base image missing -> exit 2
-    base_image_id(api, target.base_image)
+    base_id = base_image_id(api, target.base_image)
     if push:  # registry unreachable / credentials refused -> exit 2 before anything is built
         ship.preflight_push(target.repo)
     err = console(stderr=True)
@@ -50,6 +50,10 @@ def build(
 
     with shown.task(f"patching {target.source} for {target.arch.name} and assembling the context"):
         prepared = prepare(target, matrix, STATE.patches(), context_dir)
+    from forgepatch.images.base_facts import check_base
+
+    # the base's own SGLang must be the release the image carries (another one -> exit 2)
+    check_base(api, target.base_image, base_id, target.pin, prepared.spec.source.upstream.version)
     ctx_dir = context_dir or default_context_dir(target.pin, target.arch.name)
     log = ctx_dir.with_name(ctx_dir.name + ".log")
     result = ship.registry_hit(api, prepared.spec) if push and not force else None
@@ -73,6 +77,9 @@ def build(
         result.audit = summary.model_dump(mode="json")
         if summary.verdict != "pass":
             raise ship.audit_failure(summary, result.tags[0])
+        if not summary.cuda_libraries:  # a base without CUDA libraries runs no GPU kernel: say so
+            err.print(f"warning: kernel audit of {result.tags[0]}: no CUDA library in the image, no kernel was "
+                      f"checked for {target.arch.name} (is the base a CUDA image?)", markup=False, soft_wrap=True)
     if push and not result.registry_hit:
         with _PushProgress(err, result.tags[0]) as progress:
             pushed = ship.push(api, result, progress.event)

@@ -18,7 +18,7 @@ def pin_add(
     name: str = typer.Argument(..., help="Pin name: a letter or digit, then letters, digits, '.', '_' or '-' (e.g. v0.5.23, nightly-1129)."),
     rev: Optional[str] = typer.Option(None, "--rev", help="A git revision of --repo (SHA, tag, branch); recorded as its full commit SHA with the package version found there."),
     pypi: Optional[str] = typer.Option(None, "--pypi", help="An SGLang release on PyPI (e.g. 0.5.23); the wheel is downloaded once and recorded with its sha256."),
-    repo: Optional[Path] = typer.Option(None, "--repo", help="With --rev: the local git checkout it is resolved in (default: the current directory)."),
+    repo: Optional[Path] = typer.Option(None, "--repo", help="With --rev: the git checkout it is resolved in (default: the current directory); recorded as the pin's repo."),
     json_out: bool = typer.Option(False, "--json", help="Print the pin as JSON."),
 ) -> None:
     """Add a pin to ./matrix.toml (or --config FILE), resolved so builds are reproducible.
@@ -29,11 +29,60 @@ def pin_add(
     from forgepatch.fork.pins import add_pin, editable_config
 
     config = editable_config(STATE.config_path)
-    row = add_pin(config, name, rev=rev, pypi=pypi, repo=repo)
+    row = add_pin(config, name, rev=rev, pypi=pypi, repo=repo,
+                  record_repo=str(repo) if repo is not None and rev is not None else None)  # recorded: apply --pin finds it
     if json_out:
         print_json(row.to_json())
     else:
         console().print(f"pinned [bold]{row.name}[/] = {row.kind} {row.source} -> {row.resolved} in {config}")
+
+
+@pin_app.command("update")
+def pin_update(
+    name: str = typer.Argument(..., help="The pin to re-resolve."),
+    json_out: bool = typer.Option(False, "--json", help="Print the pin as JSON."),
+) -> None:
+    """Re-resolve a pin in ./matrix.toml (or --config FILE): a PyPI pin records the sha256 of
+    every wheel of its release again, a git pin its revision and version."""
+    from forgepatch.fork.pins import editable_config, update_pin
+
+    config = editable_config(STATE.config_path)
+    row = update_pin(config, name)
+    if json_out:
+        print_json(row.to_json())
+    else:
+        console().print(f"updated [bold]{row.name}[/] = {row.kind} {row.source} -> {row.resolved} in {config}")
+
+
+@pin_app.command("follow")
+def pin_follow(
+    version: Optional[str] = typer.Option(None, "--version", help="Follow this release instead of the newest on PyPI."),
+    report: Optional[Path] = typer.Option(None, "--report", help="Write the report (Markdown, a pull request's body) here."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Add the newest SGLang release on PyPI (`pip index versions sglang`) as a pin unless one
+    names it, check every arch's patches on it, and report (exit 1 when a patch drifts)."""
+    from forgepatch.errors import Failure
+    from forgepatch.fork.follow import follow
+    from forgepatch.fork.pins import editable_config
+
+    config = editable_config(STATE.config_path)
+    if report is not None:
+        from forgepatch.paths import check_path
+
+        check_path(report, "--report", "new-file")
+    rep = follow(config, STATE.patches(), version)
+    if report is not None:
+        from forgepatch.infra.atomic import write_atomic
+
+        write_atomic(report, rep.markdown())
+    if json_out:
+        print_json(rep.to_json())
+    else:
+        console().print(rep.markdown(), markup=False)
+    if rep.drift:
+        bad = [c.arch for c in rep.checks if c.failed]
+        raise Failure(f"pin follow: {rep.pin} (sglang {rep.version}): patches drift on {', '.join(bad)}")
 
 
 def _arch_argument(ctx, value):
@@ -173,8 +222,16 @@ def drift_cmd(
     if report.drift:
         from forgepatch.errors import Failure
 
-        bad = sorted({r.label for r in report.revs for p in report.patch_ids if r.status(p) == "drift"})
-        raise Failure(f"drift at {len(bad)} of {len(report.revs)} revision(s): {', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''}")
+        failed: dict[str, set[str]] = {}  # label -> {"drift", "incomplete"}
+        for r in report.revs:
+            for pid in report.patch_ids:
+                if r.status(pid) in ("drift", "incomplete"):
+                    failed.setdefault(r.label, set()).add(r.status(pid))
+        bad = sorted(failed)
+        kinds = " or ".join(k for k in ("drift", "incomplete") if any(k in v for v in failed.values())) or "drift"
+        raise Failure(f"{kinds} at {len(bad)} of {len(report.revs)} revision(s): "
+                      + ", ".join(f"{label} ({'/'.join(sorted(failed[label]))})" for label in bad[:5])
+                      + (" ..." if len(bad) > 5 else ""))
     if report.gates:
         from forgepatch.errors import Failure
 

@@ -31,7 +31,11 @@ def patch_new(
 
     pid = patch_id
     library = STATE.patches()
-    dest = library.user_dir or STATE.patches_dir or Path("patches")
+    from forgepatch.paths import SHIPPED_MATRIX
+
+    config = STATE.config()
+    beside = config.parent / "patches" if config != SHIPPED_MATRIX else Path("patches")
+    dest = library.user_dir or STATE.patches_dir or beside
     matrix = STATE.matrix(check_patches=False) if function else None
     made = scaffold(pid, arch, dest, library, source=source, function=function, module=module, matrix=matrix)
     doc = {"written": str(made.path), "id": pid, "arch": arch, "source": made.source,

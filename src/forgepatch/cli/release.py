@@ -143,7 +143,7 @@ def _status(
 
     matrix = STATE.matrix(check_patches=False)
     book = _ledger(matrix, ledger)
-    entries = book.read(required=True)
+    entries = book.read(required=False)  # before the first release: an empty table, exit 0
     fork = None
     if repo is not None:
         fork = evidence.open_repo(repo)
@@ -154,6 +154,8 @@ def _status(
             fork = None  # not in a fork checkout: the hash chain only (said in the output)
     tab, chain = checked(entries, matrix, fork)
     broken = f"LEDGER CHAIN BROKEN: {chain.problem}" if not chain.ok else ""
+    if not book.exists():
+        chain.notes.append(f"no releases yet ({book.path} does not exist)")
     if as_json:
         print_json({"ledger": str(book.path), "chain": {**chain.to_json(), "notes": chain.notes}, **tab.to_json()})
     elif markdown:

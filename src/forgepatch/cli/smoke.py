@@ -82,6 +82,10 @@ def _smoke(
     if failed:
         raise Failure(f"{len(failed)} of {len(results)} smoke job(s) failed: " + ", ".join(
             f"{r.id} ({r.summary})" for r in failed[:3]) + (" ..." if len(failed) > 3 else ""))
+    required = [r for r in results if r.required]
+    if required and all(r.status == "skipped" for r in required):  # e.g. a GPU runner that lost its GPUs
+        raise Failure(f"all {len(required)} required smoke job(s) skipped, nothing was tested: "
+                      + ", ".join(f"{r.id} ({r.summary})" for r in required[:3]) + (" ..." if len(required) > 3 else ""))
 
 
 class _PullProgress:

@@ -49,6 +49,8 @@ class AuditSummary(BaseModel):
 
     def line(self) -> str:
         """``pass for sm120 (12 CUDA libraries)`` / ``FAIL for sm120: libx.so, liby.so``."""
+        if self.verdict == "pass" and not self.cuda_libraries:  # nothing to judge: said, never a silent pass
+            return f"pass for {self.arch} (no CUDA library in the image: no kernel was checked)"
         if self.verdict == "pass":
             return f"pass for {self.arch} ({self.cuda_libraries} CUDA librar{'y' if self.cuda_libraries == 1 else 'ies'})"
         return f"FAIL for {self.arch}: {', '.join(self.failing[:3])}{' ...' if len(self.failing) > 3 else ''}"

@@ -39,8 +39,9 @@ def editable_config(explicit: Path | None) -> Path:
     from forgepatch.paths import SHIPPED_MATRIX
 
     from forgepatch.infra.journal import recover_tree
+    from forgepatch.paths import find_config
 
-    path = explicit if explicit is not None else Path("matrix.toml")
+    path = explicit if explicit is not None else (find_config() or Path("matrix.toml"))
     recover_tree(path.parent)  # an interrupted init / pin add there is finished (or undone) first
     if not path.is_file():
         raise BadInput(f"--config: {path} does not exist (run `forgepatch init` or pass --config FILE)")
@@ -77,6 +78,44 @@ def wheel_sha256(version: str) -> str:
     from forgepatch.sources import wheel_sha256 as digest
 
     return digest(pypi_wheel(version))
+
+
+def pypi_entry(version: str) -> dict:
+    """What a PyPI pin records: the version, this host's wheel's sha256, and the sha256 of
+    every wheel of the release by tag (``wheels``)."""
+    from forgepatch.wheels import release_wheels
+
+    return {"pypi": version, "sha256": wheel_sha256(version), "wheels": release_wheels(version)}
+
+
+def update_pin(config: Path, name: str) -> PinRow:
+    """Re-resolve pin ``name`` of ``config`` in place (``pin update``): a PyPI pin's wheels
+    and sha256 are recorded again; a git pin's revision is resolved again in its ``repo``
+    (default: the current directory), with the version found there."""
+    import tomlkit
+
+    from forgepatch.config import load_matrix
+
+    matrix = load_matrix(config)
+    if name not in matrix.pins:
+        raise BadInput(f"pin update: no pin {name!r} in {config} (pins: {', '.join(matrix.pins) or 'none'})")
+    pin = matrix.pins[name]
+    if pin.pypi:
+        entry = pypi_entry(pin.pypi)
+    else:
+        sha, version = resolve_rev(Path(pin.repo or "."), pin.rev or "", matrix.upstream.package_dir)
+        entry = {"rev": sha, **({"version": version} if version else {})}
+    with config_edit(config, "pin update") as edit:
+        doc = tomlkit.parse(edit.read())
+        try:
+            table = doc["pins"][name]
+        except KeyError:
+            raise BadInput(f"pin update: cannot edit pins.{name} of {config} (a dotted key or inline table)") from None
+        for key, value in entry.items():
+            table[key] = value
+        edit.write(tomlkit.dumps(doc))
+    return PinRow(name, "pypi" if pin.pypi else "rev", pin.pypi or pin.rev or "",
+                  entry.get("sha256") or entry.get("rev"), pin.pypi or entry.get("version"), name == matrix.default_pin)
 
 
 # -- editing -------------------------------------------------------------------------------
@@ -116,7 +155,7 @@ def add_pin(
 
     entry: dict[str, str] = {}
     if pypi is not None:
-        entry = {"pypi": pypi, "sha256": wheel_sha256(pypi)}
+        entry = pypi_entry(pypi)
     else:
         sha, version = resolve_rev(repo or Path("."), rev or "", matrix.upstream.package_dir)
         entry = {"rev": sha}

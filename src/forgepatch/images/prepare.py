@@ -125,6 +125,10 @@ def prepare(target: Target, matrix, patches_dir: Path, context_dir: Path | None 
 
     series = sglang_only(load_series(matrix, target.arch, patches_dir), "build")
     tree = resolve_source(target.source, matrix)
+    if target.pin in matrix.pins and target.source == matrix.pins[target.pin].source:
+        from forgepatch.wheels import check_pin
+
+        check_pin(target.pin, matrix.pins[target.pin], tree)  # the wheel is the one the pin records
     upstream = Upstream.of_source(tree)
     check_source_is_pin(target, upstream, tree.label)
     # in memory: the image context takes the unpatched tree (one cached layer per pin) plus

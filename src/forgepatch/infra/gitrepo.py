@@ -165,6 +165,22 @@ class GitRepo:
         except GitError:
             return None
 
+    def branch_ref(self, name: str) -> str | None:
+        """The ref a fork branch ``name`` is read from: ``refs/heads/NAME``, else the
+        remote-tracking ``refs/remotes/origin/NAME`` (a CI checkout has only those), else the
+        one remote that has it; None when none has it, or several remotes other than origin
+        do (which one is meant cannot be decided)."""
+        if self.ref(f"refs/heads/{name}") is not None:
+            return f"refs/heads/{name}"
+        if self.ref(f"refs/remotes/origin/{name}") is not None:
+            return f"refs/remotes/origin/{name}"
+        try:
+            out = self.run("for-each-ref", "--format=%(refname)", "refs/remotes/")
+        except GitError:
+            return None
+        found = [r for r in out.splitlines() if r.count("/") >= 3 and r.split("/", 3)[3] == name]
+        return found[0] if len(found) == 1 else None
+
     def is_tag(self, name: str) -> bool:
         try:
             self.run("show-ref", "--verify", "--quiet", f"refs/tags/{name}")

@@ -98,14 +98,16 @@ def as_library(patches: "PatchLibrary | Path | str") -> PatchLibrary:
     return PatchLibrary.only(Path(patches))
 
 
-def cli_library(explicit: Path | None) -> PatchLibrary:
-    """What the CLI uses: the shipped patches plus ``--patches DIR`` (else ``./patches`` if it
-    is a directory)."""
+def cli_library(explicit: Path | None, config: Path | None = None) -> PatchLibrary:
+    """What the CLI uses: the shipped patches plus ``--patches DIR``, else the ``patches/``
+    beside the matrix.toml in use (``paths.config_patches``; never the current directory's
+    when the matrix is elsewhere)."""
     from forgepatch.errors import BadInput
+    from forgepatch.config import default_config
+    from forgepatch.paths import config_patches
 
     if explicit is not None:
         if not Path(explicit).is_dir():
             raise BadInput(f"--patches: {explicit} is not a directory")
         return PatchLibrary(Path(explicit))
-    local = Path("patches")
-    return PatchLibrary(local if local.is_dir() else None)
+    return PatchLibrary(config_patches(config if config is not None else default_config()))

@@ -114,7 +114,9 @@ def evaluate(inp: Inputs, arch: str, pin: str) -> Evaluation:
     name = branch_name(arch, pin)
     br = ev.branch(inp.repo, name)
     if br is None:
-        out.reasons.append(Reason("no-branch", f"no fork branch {name} in {inp.repo.root} (run `forgepatch fork --arch {arch} --pin {pin}`)"))
+        out.reasons.append(Reason("no-branch", f"no fork branch {name} in {inp.repo.root}, local or remote-tracking "
+                                  f"(fetch it: `{ev.fetch_hint(name)}`; or make it: "
+                                  f"`forgepatch fork --arch {arch} --pin {pin} --repo {inp.repo.root} --rev REV`)"))
     else:
         out.reasons += _judge_branch(inp, br, arch, pin, patchset, want)
 

@@ -57,15 +57,24 @@ class BranchFacts:
     name: str
     head: str
     trailers: dict[str, str]
+    ref: str = ""  # where it was read: refs/heads/NAME or refs/remotes/<remote>/NAME
 
 
 def branch(repo: GitRepo, name: str) -> BranchFacts | None:
+    """The fork branch ``name``: the local branch, else its remote-tracking branch
+    (``origin/NAME`` first; ``GitRepo.branch_ref``), as a CI checkout has it."""
     from forgepatch.infra.gitrepo import parse_trailers
 
-    head = repo.ref(f"refs/heads/{name}")
+    ref = repo.branch_ref(name)
+    head = repo.ref(ref) if ref else None
     if head is None:
         return None
-    return BranchFacts(name, head, parse_trailers(repo.message(head)))
+    return BranchFacts(name, head, parse_trailers(repo.message(head)), ref)
+
+
+def fetch_hint(name: str) -> str:
+    """How to get a fork branch a checkout lacks (CI checkouts fetch one branch)."""
+    return f"git fetch origin '+refs/heads/{name}:refs/remotes/origin/{name}'"
 
 
 def branch_upstream(repo: GitRepo, br: BranchFacts, package_dir: str) -> Upstream | None:

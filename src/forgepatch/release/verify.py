@@ -121,7 +121,8 @@ def _check_tag(check, repo: GitRepo, tag: str, entry: dict[str, Any], facts: Tag
 def _check_branch(check, repo: GitRepo, entry: dict[str, Any]) -> None:
     name = entry.get("branch") or branch_name(entry["arch"], entry["pin"])
     br = ev.branch(repo, name)
-    check("branch", br is not None, f"fork branch {name} is gone from {repo.root}")
+    check("branch", br is not None, f"fork branch {name} is gone from {repo.root}, local and remote-tracking "
+                                    f"(a checkout without it: `{ev.fetch_hint(name)}`)")
     check("branch", br.head == entry.get("commit"),
           f"fork branch {name} moved: it is at {br.head[:12]}, the release tagged {str(entry.get('commit'))[:12]}")
     made_with = br.trailers.get(Trailer.PATCHSET)

@@ -1,0 +1,120 @@
+"""Pins per platform: every wheel of a PyPI release, by tag, with its sha256.
+
+From 0.5.12 an SGLang release is a set of CPython- and platform-specific wheels (cp311 / cp312,
+x86_64 / aarch64, each with compiled ``.so`` files), so a pin records them all:
+``wheels = {"cp311-manylinux_2_34_x86_64" = "<sha256>", "cp312-manylinux_2_34_aarch64" = ...}``
+(tag = python tag + platform tag of the file name; a pure release has one, ``py3-any``). They
+are fetched with ``pip download --no-deps --only-binary=:all: --python-version X --platform P``
+for each Python and platform below, cached beside the release's host wheel. ``check_pin`` is
+the pin-level check ``apply``/``build`` run: the wheel in use must have the sha256 the pin
+records for its tag.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from forgepatch.errors import BadInput
+
+PACKAGE = "sglang"
+PYTHONS = ("3.10", "3.11", "3.12", "3.13")
+PLATFORMS = ("manylinux_2_34_x86_64", "manylinux_2_34_aarch64")
+
+
+def wheel_tag(filename: str) -> str:
+    """``sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl`` -> ``cp311-manylinux_2_34_x86_64``;
+    a pure wheel -> ``py3-any``."""
+    parts = Path(filename).name[: -len(".whl")].split("-")
+    if len(parts) < 5:
+        raise BadInput(f"{filename}: not a wheel file name")
+    py, plat = parts[-3], parts[-1]
+    return f"{py}-{plat}"
+
+
+def _download(version: str, dest: Path, extra: list[str]) -> list[Path]:
+    proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "--disable-pip-version-check",
+                           "-d", str(dest), *extra, f"{PACKAGE}=={version}"], capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0:
+        return []
+    return sorted(dest.glob(f"{PACKAGE}-*"))
+
+
+def release_wheels(version: str) -> dict[str, str]:
+    """tag -> sha256 of every wheel of ``sglang==version`` for PYTHONS x PLATFORMS (the sdist's
+    as ``sdist`` when the release has no wheel). BadInput when nothing can be fetched."""
+    from forgepatch.paths import cache_dir
+
+    root = cache_dir("wheels", version, "platforms")
+    host = cache_dir("wheels", version)  # the wheel `apply` downloaded for this host, if any
+    found: dict[str, Path] = {wheel_tag(p.name): p for d in (host, root) for p in d.glob(f"{PACKAGE}-*.whl")}
+    for py in PYTHONS:
+        for plat in PLATFORMS:
+            if any(t.endswith("-any") for t in found):
+                break  # a pure wheel serves every platform
+            want = f"cp{py.replace('.', '')}-{plat}"
+            if want in found:
+                continue
+            with tempfile.TemporaryDirectory(dir=root) as tmp:
+                for p in _download(version, Path(tmp), ["--only-binary=:all:", "--python-version", py,
+                                                         "--platform", plat]):
+                    if p.suffix == ".whl" and wheel_tag(p.name) not in found:
+                        dest = root / p.name
+                        os.replace(p, dest)
+                        found[wheel_tag(p.name)] = dest
+    if not found:
+        sdists = sorted(root.glob(f"{PACKAGE}-*.tar.gz"))
+        if not sdists:
+            with tempfile.TemporaryDirectory(dir=root) as tmp:
+                for p in _download(version, Path(tmp), ["--no-binary=:all:"]):
+                    if p.name.endswith(".tar.gz"):
+                        shutil.move(str(p), root / p.name)
+                        sdists = [root / p.name]
+        if not sdists:
+            raise BadInput(f"--pypi: no wheel or sdist of {PACKAGE}=={version} could be downloaded")
+        return {"sdist": wheel_sha256(sdists[0])}
+    return {tag: wheel_sha256(path) for tag, path in sorted(found.items())}
+
+
+def check_pin(name: str, pin, tree) -> None:
+    """The wheel ``tree`` came from must be the one pin ``name`` records for its tag
+    (``wheels``; else ``sha256``, a pin recorded before per-platform pins): BadInput, one line,
+    naming both digests, when it is not, or when the pin records no wheel for the tag."""
+    if tree.kind != "pypi" or tree.origin is None:
+        return
+    tag = wheel_tag(tree.origin.name)
+    have = tree.revision
+    where = f"matrix.toml pins.{name}"
+    if pin.wheels:
+        want = pin.wheels.get(tag) or next((v for k, v in pin.wheels.items() if k.endswith("-any")), None)
+        if want is None:
+            raise BadInput(f"{where}.wheels records no wheel for {tag} (it has {', '.join(sorted(pin.wheels))}); "
+                           f"re-record the pin: `forgepatch pin update {name}`")
+        if want != have:
+            raise BadInput(f"{where}.wheels.{tag}: the pin records sha256 {want[:16]}..., the wheel in use "
+                           f"({tree.origin.name}) has {have[:16]}... (not the pinned wheel)")
+        return
+    if pin.sha256 and pin.sha256 != have:
+        raise BadInput(f"{where}.sha256 is {pin.sha256[:16]}..., the wheel in use ({tree.origin.name}, {tag}) has "
+                       f"{have[:16]}...: another wheel (recorded for another Python or platform?); record every "
+                       f"wheel with `forgepatch pin update {name}`")
+
+
+def wheel_sha256(wheel: Path) -> str:
+    """sha256 of the wheel, memoised beside it (the cached wheel never changes)."""
+    memo = wheel.with_name(wheel.name + ".sha256")
+    if memo.is_file() and memo.stat().st_mtime >= wheel.stat().st_mtime:
+        return memo.read_text().strip()
+    digest = hashlib.sha256()
+    with wheel.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    from forgepatch.infra.atomic import write_atomic
+
+    write_atomic(memo, digest.hexdigest())
+    return digest.hexdigest()
