@@ -58,7 +58,7 @@ def sha256(data: bytes) -> str:
 
 
 def lock_timeout() -> float:
-    return envsettings.seconds("FORGEPATCH_LOCK_TIMEOUT", DEFAULT_TIMEOUT, allow_zero=True)
+    return envsettings.LOCK_TIMEOUT.read()
 
 
 def _fsync_dir(path: Path) -> None:
@@ -349,6 +349,7 @@ def open_tree(root: Path, what: str, write: bool) -> Iterator[TreeLock | None]:
     root = Path(root)
     lock = TreeLock(root, what)
     state = root / STATE_DIR
+    lock_timeout()  # a bad $FORGEPATCH_LOCK_TIMEOUT is bad input for readers too, not "unlocked"
     while True:
         exclusive = write or _pending(state)
         try:

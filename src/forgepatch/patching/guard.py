@@ -25,12 +25,12 @@ from typing import Any, Callable
 from forgepatch import envsettings
 from forgepatch.errors import BadInput, ForgepatchError, located
 
-TIMEOUT_ENV = "FORGEPATCH_PATCH_IMPORT_TIMEOUT"
-DEFAULT_TIMEOUT_S = 10.0
+TIMEOUT_ENV = envsettings.PATCH_IMPORT_TIMEOUT.name
+DEFAULT_TIMEOUT_S = envsettings.PATCH_IMPORT_TIMEOUT.default
 
 
 def import_timeout() -> float:
-    return envsettings.seconds(TIMEOUT_ENV, DEFAULT_TIMEOUT_S, allow_zero=False, most=3600)
+    return envsettings.PATCH_IMPORT_TIMEOUT.read()
 
 
 def line_in(path: Path, tb: TracebackType | None) -> int | None:
