@@ -11,9 +11,6 @@ import hashlib
 import os
 import re
 import shutil
-import subprocess
-import sys
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,51 +35,30 @@ class SourceTree:
 
 
 # -- PyPI ---------------------------------------------------------------------------------
-def pypi_wheel(version: str) -> Path:
-    """The cached wheel of ``sglang==version``; downloads it once. BadInput if no such release."""
+def pypi_wheel(version: str, expected_sha256: str | None = None) -> Path:
+    """The cached wheel of ``sglang==version``, verified (``wheelcache.verified_wheel``);
+    downloads it once. BadInput if no such release."""
     from forgepatch.srcspec import check_version
+    from forgepatch.wheelcache import verified_wheel
 
     try:
         check_version(version, "--source")
     except ValueError as exc:
         raise BadInput(str(exc)) from None
-    root = cache_dir("wheels", version)
-    found = sorted(root.glob(f"{PACKAGE}-*.whl"))
-    if found:
-        return found[0]
-    from forgepatch import progress
-
-    with tempfile.TemporaryDirectory(dir=root) as tmp, progress.task(f"downloading {PACKAGE}=={version} from PyPI"):
-        proc = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-cache-dir", "-q",
-             "--disable-pip-version-check", "-d", tmp, f"{PACKAGE}=={version}"],
-            capture_output=True, text=True,
-        )
-        wheels = sorted(Path(tmp).glob(f"{PACKAGE}-*.whl"))
-        if proc.returncode != 0 or not wheels:
-            shutil.rmtree(tmp, ignore_errors=True)
-            if not any(root.iterdir()):
-                root.rmdir()
-            if "No matching distribution" in proc.stderr or "Could not find a version" in proc.stderr:
-                raise BadInput(f"--source: {PACKAGE}=={version} does not exist on PyPI")
-            last = (proc.stderr.strip().splitlines() or ["no wheel downloaded"])[-1]
-            raise BadInput(f"--source: cannot download {PACKAGE}=={version}: {last}")
-        dest = root / wheels[0].name
-        os.replace(wheels[0], dest)
-    return dest
+    return verified_wheel(version, expected_sha256)
 
 
 def wheel_sha256(wheel: Path) -> str:
-    """sha256 of the wheel, memoised beside it (the cached wheel never changes)."""
-    memo = wheel.with_name(wheel.name + ".sha256")
-    if memo.is_file() and memo.stat().st_mtime >= wheel.stat().st_mtime:
-        return memo.read_text().strip()
-    digest = hashlib.sha256()
-    with wheel.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    write_atomic(memo, digest.hexdigest())
-    return digest.hexdigest()
+    """sha256 of the wheel: the one recorded when it was downloaded (``verified_wheel`` has
+    checked the bytes against it), else computed and recorded."""
+    from forgepatch.wheelcache import file_sha256, recorded_sha256
+
+    recorded = recorded_sha256(wheel)
+    if recorded is not None:
+        return recorded
+    digest = file_sha256(wheel)
+    write_atomic(wheel.with_name(wheel.name + ".sha256"), digest + "\n")
+    return digest
 
 
 def extract_py(wheel: Path, dest: Path) -> Path:
@@ -99,18 +75,14 @@ def extract_py(wheel: Path, dest: Path) -> Path:
     return dest / PACKAGE
 
 
-def pypi_tree(version: str) -> SourceTree:
-    wheel = pypi_wheel(version)
+def pypi_tree(version: str, expected_sha256: str | None = None) -> SourceTree:
+    from forgepatch.wheelcache import unpacked_tree
+
+    wheel = pypi_wheel(version, expected_sha256)
     sha = wheel_sha256(wheel)
-    root = cache_dir("trees", f"{version}-{sha[:16]}")
-    package = root / PACKAGE
-    if not (root / ".complete").exists():
-        with tempfile.TemporaryDirectory(dir=root.parent) as tmp:
-            extract_py(wheel, Path(tmp))
-            shutil.rmtree(package, ignore_errors=True)
-            os.replace(Path(tmp) / PACKAGE, package)
-        write_atomic(root / ".complete", sha)
-    return SourceTree(package, f"pypi:{version}", "pypi", version, sha, pristine=True, origin=wheel)
+    root = unpacked_tree(f"{version}-{sha[:16]}", sha, lambda tmp: extract_py(wheel, tmp),
+                         f"the unpacked tree of {wheel.name}")
+    return SourceTree(root / PACKAGE, f"pypi:{version}", "pypi", version, sha, pristine=True, origin=wheel)
 
 
 # -- git ----------------------------------------------------------------------------------
@@ -122,13 +94,18 @@ def git_tree(spec: str, package_dir: str = "python/sglang") -> SourceTree:
     if not sep or not where or not rev:
         raise BadInput(f"--source: git source {spec!r} must be git:PATH_OR_URL@REV")
     if not Path(where).exists():  # a URL: a bare clone in the cache, made once
-        clone = cache_dir("git", hashlib.sha256(where.encode()).hexdigest()[:16])
+        from forgepatch.wheelcache import artifact_lock
+
+        key = hashlib.sha256(where.encode()).hexdigest()[:16]
+        clone = cache_dir("git", key)
         if not (clone / "HEAD").exists():
-            try:
-                clone_bare(where, clone)
-            except BadInput:
-                shutil.rmtree(clone, ignore_errors=True)
-                raise
+            with artifact_lock(clone.parent / f".{key}.lock", f"the clone of {where}"):
+                if not (clone / "HEAD").exists():
+                    try:
+                        clone_bare(where, clone)
+                    except BadInput:
+                        shutil.rmtree(clone, ignore_errors=True)
+                        raise
         where_path = clone
     else:
         where_path = Path(where)
@@ -146,19 +123,18 @@ def git_tree(spec: str, package_dir: str = "python/sglang") -> SourceTree:
             continue
     if tree is None:
         raise BadInput(f"--source: {where}@{rev} holds no SGLang package (looked for {package_dir}/ and sglang/)")
-    root = cache_dir("trees", f"git-{commit}")
-    if not (root / ".complete").exists():
+    from forgepatch.wheelcache import unpacked_tree
+
+    def fill(tmp: Path) -> None:
         from forgepatch import progress
 
-        with tempfile.TemporaryDirectory(dir=root.parent) as tmp:
-            for rel in progress.track(tree.paths(), f"exporting {commit[:12]} from git"):
-                if rel.endswith(".py"):
-                    target = Path(tmp, PACKAGE, rel)
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    target.write_bytes(tree.read(rel))
-            shutil.rmtree(root / PACKAGE, ignore_errors=True)
-            os.replace(Path(tmp) / PACKAGE, root / PACKAGE)
-        write_atomic(root / ".complete", commit)
+        for rel in progress.track(tree.paths(), f"exporting {commit[:12]} from git"):
+            if rel.endswith(".py"):
+                target = Path(tmp, PACKAGE, rel)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(tree.read(rel))
+
+    root = unpacked_tree(f"git-{commit}", commit, fill, f"the tree of {commit[:12]}")
     version = tree.version()
     repo.close()
     return SourceTree(root / PACKAGE, f"git:{where}@{commit[:12]}", "git", version, commit, True,
