@@ -410,3 +410,44 @@ def test_fuzzed_huge_and_odd_integers(world, tmp_path):
         shutil.rmtree(tmp_path / f"p{i}", ignore_errors=True)
     print(f"\nfuzzed numbers (seed {SEED + 2}): {outcomes}")
     assert outcomes.get("too large", 0) >= N_NUMBERS // 10 and outcomes.get("ok", 0) >= 3, outcomes
+
+
+# -- hostile custom patches (issue 28 item 3): never exit 0, never a hang -------------------------
+HOSTILE_BODIES = {
+    "os._exit at import": "import os\nos._exit(0)\n",
+    "SIGSEGV at import": "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n",
+    "SIGKILL at import": "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n",
+    "C-level regex loop at import": "import re\nre.match(r'(a+)+$', 'a' * 64 + 'b')\n",
+    "memory bomb at import": "x = bytearray(64 << 30)\n",
+    "os._exit in edit_function": PY_PATCH_DICT + "class Codemod(SiteCodemod):\n    def edit_function(self, func, site, symbol, ctx):\n        import os\n        os._exit(0)\n",
+    "regex loop in edit_function": PY_PATCH_DICT + "class Codemod(SiteCodemod):\n    def edit_function(self, func, site, symbol, ctx):\n        import re\n        re.match(r'(a+)+$', 'a' * 64 + 'b')\n",
+    "os._exit in __init__": PY_PATCH_DICT + "class Codemod(SiteCodemod):\n    def __init__(self, patch):\n        import os\n        os._exit(0)\n    def edit_function(self, func, site, symbol, ctx):\n        return None\n",
+    "writes a file in edit_function": PY_PATCH_DICT + "class Codemod(SiteCodemod):\n    def edit_function(self, func, site, symbol, ctx):\n        open(ctx.state.setdefault('p', '/tmp/forgepatch-hostile-write'), 'w').write('owned')\n        return None\n",
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE_BODIES))
+def test_hostile_custom_patches_are_one_line_exit_2(world, tmp_path, monkeypatch, name):
+    import time
+
+    root, src, _patches = world
+    monkeypatch.setenv("FORGEPATCH_PATCH_IMPORT_TIMEOUT", "1")
+    monkeypatch.setattr("forgepatch.patching.guard.EDIT_LIMIT_S", 2.0)
+    pdir = tmp_path / "p"
+    pdir.mkdir()
+    (pdir / "tiny-gate.py").write_text(PY_HEAD + HOSTILE_BODIES[name])
+    target = Path("/tmp/forgepatch-hostile-write")
+    target.unlink(missing_ok=True)
+    for args in (["apply", "--arch", "sm120", "--source", src, "--check"],
+                 ["apply", "--arch", "sm120", "--source", src, "--out", tmp_path / "out"]):
+        start = time.monotonic()
+        res = run("--config", root / "matrix.toml", "--patches", pdir, *args)
+        took = time.monotonic() - start
+        assert took < 10, (name, took)
+        line = one_line_error(res)
+        if name.startswith("writes"):  # the write fails in the child (no data reaches the file)
+            assert res.rc in (1, 2), (name, line)
+        else:
+            assert res.rc == 2 and "tiny-gate.py" in line, (name, line)
+    assert not (tmp_path / "out").exists()
+    assert not target.exists() or target.read_text() == "", "the patch wrote a file outside its result"
