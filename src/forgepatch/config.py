@@ -205,6 +205,7 @@ class Smoke(_Strict):
 class Release(_Strict):
     tag_template: str = "forgepatch/{pin}/{arch}"
     ledger: str = "releases/ledger.json"
+    require_signed_tags: bool = False  # every release tag must be signed (and verify)
 
 
 class Matrix(_Strict):
