@@ -54,3 +54,45 @@ def test_real_sglang_files_pass_the_limits():
     files = sorted(tree.package.rglob("*.py"), key=lambda p: p.stat().st_size)[-40:]  # the largest
     for path in files:
         parselimits.check(path.read_text(encoding="utf-8"), str(path))
+
+
+# -- `apply --out` copies never follow a directory link out of the tree or round a loop ---------
+@pytest.mark.parametrize("kind", ["loop to an ancestor", "self loop", "link out of the tree"])
+def test_out_refuses_link_loops_and_escapes_in_one_line(tmp_path, kind):
+    from support.badinput import one_line_error, run
+
+    src = tiny_tree(tmp_path / "src")
+    srt = src / "sglang" / "srt"
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("not yours")
+    if kind == "loop to an ancestor":
+        (srt / "loop").symlink_to("..")
+    elif kind == "self loop":
+        (srt / "me").symlink_to("me")
+    else:
+        (srt / "escape").symlink_to(outside)
+    (tmp_path / "patches").mkdir()
+    (tmp_path / "patches" / "tiny-gate.toml").write_text(PATCH_TOML)
+    (tmp_path / "matrix.toml").write_text(MATRIX)
+    start = time.monotonic()
+    res = run("--config", tmp_path / "matrix.toml", "--patches", tmp_path / "patches", "apply", "--arch", "sm120",
+              "--source", src, "--out", tmp_path / "out")
+    assert time.monotonic() - start < 10
+    line = one_line_error(res)
+    assert res.rc == 2 and ("loop" in line or "outside the tree" in line), line
+    assert not (tmp_path / "out" / "sglang").exists()
+
+
+def test_out_keeps_links_that_stay_inside_the_tree(tmp_path):
+    from support.badinput import run
+
+    src = tiny_tree(tmp_path / "src")
+    (src / "sglang" / "srt" / "alias.py").symlink_to("utils.py")
+    (tmp_path / "patches").mkdir()
+    (tmp_path / "patches" / "tiny-gate.toml").write_text(PATCH_TOML)
+    (tmp_path / "matrix.toml").write_text(MATRIX)
+    res = run("--config", tmp_path / "matrix.toml", "--patches", tmp_path / "patches", "apply", "--arch", "sm120",
+              "--source", src, "--out", tmp_path / "out")
+    assert res.rc == 0, res.err
+    assert (tmp_path / "out" / "sglang" / "srt" / "alias.py").read_text() == (src / "sglang" / "srt" / "utils.py").read_text()
