@@ -41,3 +41,38 @@ def test_a_long_value_is_cut_in_the_message(monkeypatch):
     with pytest.raises(BadInput) as err:
         envsettings.seconds("FP_TEST_SECONDS", 1.0, allow_zero=True)
     assert len(str(err.value)) < 120
+
+
+# -- every command, readers included (issue 28 item 7) -----------------------------------------
+@pytest.mark.parametrize("raw", ["-1", "abc", "nan", "inf", "1e9"])
+def test_a_reader_refuses_a_bad_lock_wait_instead_of_reading_unlocked(monkeypatch, tmp_path, raw):
+    """A reader that cannot lock reads unlocked; a bad setting is no such case (it used to be
+    swallowed there, and the tree was read without the lock)."""
+    monkeypatch.setenv("FORGEPATCH_LOCK_TIMEOUT", raw)
+    with pytest.raises(BadInput, match=r"^\$FORGEPATCH_LOCK_TIMEOUT: "):
+        with journal.open_tree(tmp_path, "reading", write=False):
+            pass
+
+
+@pytest.mark.parametrize("raw", ["-1", "abc", "nan", "inf"])
+@pytest.mark.parametrize("argv", [("apply", "--check", "--source", "{tree}", "--patch", "tiny-gate"),
+                                  ("gates", "--source", "{tree}"), ("status",)])
+def test_every_command_refuses_a_bad_setting_in_one_line(monkeypatch, tmp_path, raw, argv):
+    from support.badinput import MATRIX, PATCH_TOML, one_line_error, run, tiny_tree
+
+    tree = tiny_tree(tmp_path / "src")
+    (tmp_path / "patches").mkdir()
+    (tmp_path / "patches" / "tiny-gate.toml").write_text(PATCH_TOML)
+    (tmp_path / "matrix.toml").write_text(MATRIX)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FORGEPATCH_LOCK_TIMEOUT", raw)
+    res = run(*(a.format(tree=tree) for a in argv))
+    assert res.rc == 2, res
+    assert one_line_error(res).startswith("forgepatch: error: $FORGEPATCH_LOCK_TIMEOUT: "), res.err
+
+
+def test_help_still_works_with_a_bad_setting(monkeypatch):
+    from support.badinput import run
+
+    monkeypatch.setenv("FORGEPATCH_PATCH_IMPORT_TIMEOUT", "abc")
+    assert run("apply", "--help").rc == 0

@@ -38,7 +38,13 @@ BAD_REPOS = ["", "; rm -rf /", "-oProxyCommand=id", "http://", "a b", "x" * 5000
 
 
 # -- a small TOML writer (the generator's data may be any shape) -------------------------------
+class Raw(str):
+    """A TOML literal written as is (integers no JSON can spell: ``0x...``, ``1_000``, 5,000 digits)."""
+
+
 def _val(v: Any, depth: int = 0) -> str:
+    if isinstance(v, Raw):
+        return str(v)
     if v is Ellipsis:
         return "1979-05-27T07:32:00Z"
     if isinstance(v, bool):
@@ -341,3 +347,107 @@ def test_fuzzed_patch_dirs(world, tmp_path, monkeypatch):
         shutil.rmtree(out, ignore_errors=True)
     print(f"\nfuzzed patch dirs (seed {SEED + 1}): {outcomes}")
     assert outcomes.get("ok", 0) >= 10 and outcomes.get("exit 2", 0) >= N_PATCHES // 3, outcomes
+
+
+# -- huge and odd integers (issue 27 item 6) ------------------------------------------------------
+N_NUMBERS = int(1000 * SCALE)
+ODD_INTEGERS = [
+    "1" + "0" * 5000, "-" + "9" * 4301, "9" * 4300, "0x" + "f" * 5000, "0o" + "7" * 3000, "0b" + "1" * 9000,
+    "9223372036854775807", "9223372036854775808", "-9223372036854775808", "-9223372036854775809",
+    "1_000_000", "1__0", "_1", "1_", "+1", "-0", "+0", "007", "0x", "0xG", "0o8", "0b2", "1e400", "-1e400",
+    "1e-400", "inf", "-inf", "+nan", "0.0", "1" * 20, "0x" + "0" * 4000 + "1", "1" + "_0" * 3000,
+    "18446744073709551616", "2147483648", "-1", "0", "65536", "3601", "4294967296",
+]
+
+
+def _ints_in(data: Any, prefix: tuple = ()) -> list[tuple]:
+    """Key paths of every scalar (integer or not) a number could be put in."""
+    out: list[tuple] = []
+    if isinstance(data, dict):
+        for k, v in data.items():
+            out += _ints_in(v, prefix + (k,)) if isinstance(v, (dict, list)) else [prefix + (k,)]
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            out += _ints_in(v, prefix + (i,)) if isinstance(v, (dict, list)) else [prefix + (i,)]
+    return out
+
+
+def test_fuzzed_huge_and_odd_integers(world, tmp_path):
+    """A number of any size or spelling in any key of matrix.toml or a patch is one line (exit 2
+    naming file:line, or exit 0/1 when the value is fine there): never an internal error."""
+    root, src, patches = world
+    rnd = random.Random(SEED + 2)
+    outcomes: dict[str, int] = {}
+    for i in range(N_NUMBERS):
+        in_patch = rnd.random() < 0.3
+        data = json.loads(json.dumps(BASE_PATCH if in_patch else BASE_MATRIX))
+        for _ in range(rnd.randint(1, 2)):
+            path = rnd.choice(_ints_in(data))
+            _get(data, path[:-1])[path[-1]] = Raw(rnd.choice(ODD_INTEGERS))
+        raw = to_toml(data).encode()
+        pdir, cfg = patches, root / "matrix.toml"
+        if in_patch:
+            pdir = tmp_path / f"p{i}"
+            pdir.mkdir()
+            (pdir / "tiny-gate.toml").write_bytes(raw)
+            inputs = {pdir / "tiny-gate.toml": raw}
+        else:
+            cfg = tmp_path / f"m{i}.toml"
+            cfg.write_bytes(raw)
+            inputs = {cfg: raw}
+        out = tmp_path / f"out{i}"
+        res = run("--config", cfg, "--patches", pdir, "apply", "--arch", "sm120", "--source", src, "--out", out)
+        case = f"number case {i} (seed {SEED + 2})"
+        try:
+            line = _check(res, inputs, out, next(iter(inputs)).name, case)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n--- {next(iter(inputs)).name} ---\n{raw[:1500]!r}") from None
+        if "number too large" in line:
+            assert LOCATED.match(line), (case, line)
+        key = "ok" if line == "ok" else ("too large" if "number too large" in line else f"exit {res.rc}")
+        outcomes[key] = outcomes.get(key, 0) + 1
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.rmtree(tmp_path / f"p{i}", ignore_errors=True)
+    print(f"\nfuzzed numbers (seed {SEED + 2}): {outcomes}")
+    assert outcomes.get("too large", 0) >= N_NUMBERS // 10 and outcomes.get("ok", 0) >= 3, outcomes
+
+
+# -- hostile custom patches (issue 28 item 3): never exit 0, never a hang -------------------------
+HOSTILE_BODIES = {
+    "os._exit at import": "import os\nos._exit(0)\n",
+    "SIGSEGV at import": "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n",
+    "SIGKILL at import": "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n",
+    "C-level regex loop at import": "import re\nre.match(r'(a+)+$', 'a' * 64 + 'b')\n",
+    "memory bomb at import": "x = bytearray(64 << 30)\n",
+    "os._exit in edit_function": PY_PATCH_DICT + "class Codemod(SiteCodemod):\n    def edit_function(self, func, site, symbol, ctx):\n        import os\n        os._exit(0)\n",
+    "regex loop in edit_function": PY_PATCH_DICT + "class Codemod(SiteCodemod):\n    def edit_function(self, func, site, symbol, ctx):\n        import re\n        re.match(r'(a+)+$', 'a' * 64 + 'b')\n",
+    "os._exit in __init__": PY_PATCH_DICT + "class Codemod(SiteCodemod):\n    def __init__(self, patch):\n        import os\n        os._exit(0)\n    def edit_function(self, func, site, symbol, ctx):\n        return None\n",
+    "writes a file in edit_function": PY_PATCH_DICT + "class Codemod(SiteCodemod):\n    def edit_function(self, func, site, symbol, ctx):\n        open(ctx.state.setdefault('p', '/tmp/forgepatch-hostile-write'), 'w').write('owned')\n        return None\n",
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE_BODIES))
+def test_hostile_custom_patches_are_one_line_exit_2(world, tmp_path, monkeypatch, name):
+    import time
+
+    root, src, _patches = world
+    monkeypatch.setenv("FORGEPATCH_PATCH_IMPORT_TIMEOUT", "1")
+    monkeypatch.setattr("forgepatch.patching.guard.EDIT_LIMIT_S", 2.0)
+    pdir = tmp_path / "p"
+    pdir.mkdir()
+    (pdir / "tiny-gate.py").write_text(PY_HEAD + HOSTILE_BODIES[name])
+    target = Path("/tmp/forgepatch-hostile-write")
+    target.unlink(missing_ok=True)
+    for args in (["apply", "--arch", "sm120", "--source", src, "--check"],
+                 ["apply", "--arch", "sm120", "--source", src, "--out", tmp_path / "out"]):
+        start = time.monotonic()
+        res = run("--config", root / "matrix.toml", "--patches", pdir, *args)
+        took = time.monotonic() - start
+        assert took < 10, (name, took)
+        line = one_line_error(res)
+        if name.startswith("writes"):  # the write fails in the child (no data reaches the file)
+            assert res.rc in (1, 2), (name, line)
+        else:
+            assert res.rc == 2 and "tiny-gate.py" in line, (name, line)
+    assert not (tmp_path / "out").exists()
+    assert not target.exists() or target.read_text() == "", "the patch wrote a file outside its result"

@@ -194,3 +194,81 @@ def test_signed_tags_are_verified(world, tmp_path):
 
     _rehash(w, forge)
     _failed(w.verify(), "entry 2", "unsigned")
+
+
+# -- every release tag, its target and its signature (issue 28 item 5, issue 26 item 2) ---------
+def _retag_at_new_code(w: World, tag: str) -> None:
+    """Re-point ``tag`` at a new commit, its message (trailers) kept, and update the ledger's
+    tag_object to the new tag object, re-hashed: what a careful forger does."""
+    from support.release_world import BRANCH
+
+    message = git(w.repo, "tag", "-l", "--format=%(contents)", tag)
+    tree = git(w.repo, "rev-parse", f"refs/heads/{BRANCH}^{{tree}}").strip()
+    evil = git(w.repo, "commit-tree", tree, "-p", f"refs/heads/{BRANCH}", "-m", "evil").strip()
+    msg = w.root / "msg.txt"
+    msg.write_text(message)
+    git(w.repo, "tag", "-f", "-a", tag, "-F", msg, evil)
+    new_object = git(w.repo, "rev-parse", f"refs/tags/{tag}").strip()
+
+    def edit(entries):
+        for entry in entries:
+            if entry["tag"] == tag:
+                entry["tag_object"] = new_object
+    _rehash(w, edit)
+
+
+def test_every_tag_is_checked_for_its_target_signing_and_form(world):
+    """One release world, one tampering at a time (each undone before the next): a tag
+    re-pointed (with the ledger re-hashed to match its new object) fails `status` and `verify`
+    of ANOTHER tag; a repository set to sign tags, or require_signed_tags, refuses unsigned
+    release tags; a tag of tag_template's form the ledger lacks is a break."""
+    w = world
+    _two_releases(w)
+    ledger = w.ledger.read_text()
+    refs = {t: git(w.repo, "rev-parse", f"refs/tags/{t}").strip() for t in (TAG, TAG2)}
+
+    def restore():
+        w.ledger.write_text(ledger)
+        for t, obj in refs.items():
+            git(w.repo, "update-ref", f"refs/tags/{t}", obj)
+        assert _status(w).returncode == 0
+
+    restore()
+    _retag_at_new_code(w, TAG2)  # the head: re-hashing leaves the earlier entries' digests alone
+    _failed(_status(w), "ledger chain broken", TAG2, "tag re-pointed")
+    r = w.verify()  # of the OTHER tag
+    assert r.returncode == 1 and "re-pointed" in r.stdout + r.stderr, (r.stdout, r.stderr)
+    restore()
+
+    git(w.repo, "config", "tag.gpgSign", "true")
+    git(w.repo, "config", "user.signingkey", str(w.root / "no-such-key"))
+    _failed(_status(w), "ledger chain broken", "unsigned", "this repository signs tags")
+    git(w.repo, "config", "--unset", "tag.gpgSign")
+    git(w.repo, "config", "--unset", "user.signingkey")
+    restore()
+
+    config = w.config.read_text()
+    w.config.write_text(config.replace("[release]\n", "[release]\nrequire_signed_tags = true\n", 1))
+    _failed(_status(w), "ledger chain broken", "unsigned", "require_signed_tags")
+    w.config.write_text(config)
+    restore()
+
+    git(w.repo, "tag", "-a", "forgepatch-v2/vhand/sm999", "-m", "made by hand", f"refs/tags/{TAG2}^{{commit}}")
+    _failed(_status(w), "ledger chain broken", "forgepatch-v2/vhand/sm999", "no ledger entry")
+    git(w.repo, "tag", "-d", "forgepatch-v2/vhand/sm999")
+    restore()
+
+
+def test_a_ledger_that_restarts_the_chain_while_older_tags_exist_is_broken(world):
+    """The shipped-workflow failure: the ledger lost (not committed), the next release starts
+    a new chain; the earlier release tag (with its trailers) is still in the repository."""
+    w = world
+    w.image = w.build()
+    results = w.smoke()
+    assert w.release(results).returncode == 0
+    w.ledger.unlink()
+    w.config.write_text(w.config.read_text().replace('tag_template = "forgepatch/{pin}/{arch}"',
+                                                     'tag_template = "forgepatch-v2/{pin}/{arch}"'))
+    assert w.release(results).returncode == 0
+    assert len(json.loads(w.ledger.read_text())["releases"]) == 1
+    _failed(_status(w), "ledger chain broken", TAG, "restarted a chain")

@@ -106,3 +106,29 @@ def check_path(path: Path, flag: str, want: str = "any") -> Path:
         kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
         raise BadInput(f"{flag}: {shown} is {kind}")
     return path
+
+
+STDOUT = "-"
+
+
+def check_output(path: Path | str, flag: str, *, stdout_ok: bool = False) -> Path | None:
+    """The one check every output path goes through before anything is computed or written:
+    a regular file (replaced atomically) or a new name in an existing directory. Never a
+    device, FIFO, socket or directory, nor a symbolic link to one (or a dangling one): those
+    are one line of bad input naming ``flag``. ``-`` is stdout where ``stdout_ok`` (returns
+    None), else bad input too."""
+    from forgepatch.errors import BadInput
+
+    if str(path) == STDOUT:
+        if stdout_ok:
+            return None
+        raise BadInput(f"{flag}: '-' (stdout) is not accepted here; name a file")
+    path = Path(path)
+    if os.path.lexists(path):
+        return check_path(path, flag, "file")  # a dangling link, a loop, a special file: one line each
+    check_path(path, flag, "any")  # a name too long, a NUL byte
+    parent = path.absolute().parent
+    while not os.path.lexists(parent) and parent != parent.parent:
+        parent = parent.parent  # the writers make missing directories: the nearest existing one counts
+    check_path(parent, flag, "dir")
+    return path

@@ -11,14 +11,10 @@ import hashlib
 import os
 import re
 import shutil
-import subprocess
-import sys
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from forgepatch.infra.atomic import write_atomic
 from forgepatch.errors import BadInput
 from forgepatch.paths import cache_dir
 from forgepatch.wheels import wheel_sha256  # noqa: F401  (sources.wheel_sha256, as before)
@@ -40,40 +36,17 @@ class SourceTree:
 
 
 # -- PyPI ---------------------------------------------------------------------------------
-def pypi_wheel(version: str, dist: str = PACKAGE) -> Path:
-    """The cached wheel of ``DIST==version`` (default sglang); downloads it once. BadInput
-    if no such release."""
+def pypi_wheel(version: str, dist: str = PACKAGE, expected_sha256: str | None = None) -> Path:
+    """The cached wheel of ``DIST==version`` (default sglang), verified
+    (``wheelcache.verified_wheel``); downloads it once. BadInput if no such release."""
     from forgepatch.srcspec import check_version
+    from forgepatch.wheelcache import verified_wheel
 
     try:
         check_version(version, "--source")
     except ValueError as exc:
         raise BadInput(str(exc)) from None
-    root = cache_dir("wheels", version) if dist == PACKAGE else cache_dir("wheels", f"{dist}-{version}")
-    prefix = re.sub(r"[-_.]+", "_", dist)
-    found = sorted(root.glob(f"{prefix}-*.whl"))
-    if found:
-        return found[0]
-    from forgepatch import progress
-
-    with tempfile.TemporaryDirectory(dir=root) as tmp, progress.task(f"downloading {dist}=={version} from PyPI"):
-        proc = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-cache-dir", "-q",
-             "--disable-pip-version-check", "-d", tmp, f"{dist}=={version}"],
-            capture_output=True, text=True,
-        )
-        wheels = sorted(Path(tmp).glob(f"{prefix}-*.whl"))
-        if proc.returncode != 0 or not wheels:
-            shutil.rmtree(tmp, ignore_errors=True)
-            if not any(root.iterdir()):
-                root.rmdir()
-            if "No matching distribution" in proc.stderr or "Could not find a version" in proc.stderr:
-                raise BadInput(f"--source: {dist}=={version} does not exist on PyPI")
-            last = (proc.stderr.strip().splitlines() or ["no wheel downloaded"])[-1]
-            raise BadInput(f"--source: cannot download {dist}=={version}: {last}")
-        dest = root / wheels[0].name
-        os.replace(wheels[0], dest)
-    return dest
+    return verified_wheel(version, expected_sha256, dist=dist)
 
 
 def extract_py(wheel: Path, dest: Path, import_name: str = PACKAGE) -> Path:
@@ -90,23 +63,20 @@ def extract_py(wheel: Path, dest: Path, import_name: str = PACKAGE) -> Path:
     return dest / import_name
 
 
-def pypi_tree(version: str, package=None) -> SourceTree:
+def pypi_tree(version: str, package=None, expected_sha256: str | None = None) -> SourceTree:
     """The cached ``.py`` tree of a PyPI release: sglang, or ``package`` (a
-    ``packages.Package``: its distribution and import name)."""
+    ``packages.Package``: its distribution and import name). Unpacked once under the
+    artifact's lock (``wheelcache.unpacked_tree``): a reader never sees it being replaced."""
+    from forgepatch.wheelcache import unpacked_tree
+
     dist, import_name, name = (PACKAGE, PACKAGE, PACKAGE) if package is None else (
         package.dist, package.import_name, package.name)
-    wheel = pypi_wheel(version, dist)
+    wheel = pypi_wheel(version, dist, expected_sha256)
     sha = wheel_sha256(wheel)
-    root = cache_dir("trees", f"{version}-{sha[:16]}" if name == PACKAGE else f"{dist}-{version}-{sha[:16]}")
-    tree = root / import_name
-    if not (root / ".complete").exists():
-        with tempfile.TemporaryDirectory(dir=root.parent) as tmp:
-            extract_py(wheel, Path(tmp), import_name)
-            shutil.rmtree(tree, ignore_errors=True)
-            os.replace(Path(tmp) / import_name, tree)
-        write_atomic(root / ".complete", sha)
+    key = f"{version}-{sha[:16]}" if name == PACKAGE else f"{dist}-{version}-{sha[:16]}"
+    root = unpacked_tree(key, sha, lambda tmp: extract_py(wheel, tmp, import_name), f"the unpacked tree of {wheel.name}")
     label = f"pypi:{version}" if name == PACKAGE else f"pypi:{dist}=={version}"
-    return SourceTree(tree, label, "pypi", version, sha, pristine=True, origin=wheel, package_name=name)
+    return SourceTree(root / import_name, label, "pypi", version, sha, pristine=True, origin=wheel, package_name=name)
 
 
 # -- git ----------------------------------------------------------------------------------
@@ -118,13 +88,18 @@ def git_tree(spec: str, package_dir: str = "python/sglang") -> SourceTree:
     if not sep or not where or not rev:
         raise BadInput(f"--source: git source {spec!r} must be git:PATH_OR_URL@REV")
     if not Path(where).exists():  # a URL: a bare clone in the cache, made once
-        clone = cache_dir("git", hashlib.sha256(where.encode()).hexdigest()[:16])
+        from forgepatch.wheelcache import artifact_lock
+
+        key = hashlib.sha256(where.encode()).hexdigest()[:16]
+        clone = cache_dir("git", key)
         if not (clone / "HEAD").exists():
-            try:
-                clone_bare(where, clone)
-            except BadInput:
-                shutil.rmtree(clone, ignore_errors=True)
-                raise
+            with artifact_lock(clone.parent / f".{key}.lock", f"the clone of {where}"):
+                if not (clone / "HEAD").exists():
+                    try:
+                        clone_bare(where, clone)
+                    except BadInput:
+                        shutil.rmtree(clone, ignore_errors=True)
+                        raise
         where_path = clone
     else:
         where_path = Path(where)
@@ -142,19 +117,18 @@ def git_tree(spec: str, package_dir: str = "python/sglang") -> SourceTree:
             continue
     if tree is None:
         raise BadInput(f"--source: {where}@{rev} holds no SGLang package (looked for {package_dir}/ and sglang/)")
-    root = cache_dir("trees", f"git-{commit}")
-    if not (root / ".complete").exists():
+    from forgepatch.wheelcache import unpacked_tree
+
+    def fill(tmp: Path) -> None:
         from forgepatch import progress
 
-        with tempfile.TemporaryDirectory(dir=root.parent) as tmp:
-            for rel in progress.track(tree.paths(), f"exporting {commit[:12]} from git"):
-                if rel.endswith(".py"):
-                    target = Path(tmp, PACKAGE, rel)
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    target.write_bytes(tree.read(rel))
-            shutil.rmtree(root / PACKAGE, ignore_errors=True)
-            os.replace(Path(tmp) / PACKAGE, root / PACKAGE)
-        write_atomic(root / ".complete", commit)
+        for rel in progress.track(tree.paths(), f"exporting {commit[:12]} from git"):
+            if rel.endswith(".py"):
+                target = Path(tmp, PACKAGE, rel)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(tree.read(rel))
+
+    root = unpacked_tree(f"git-{commit}", commit, fill, f"the tree of {commit[:12]}")
     version = tree.version()
     repo.close()
     return SourceTree(root / PACKAGE, f"git:{where}@{commit[:12]}", "git", version, commit, True,

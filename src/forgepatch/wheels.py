@@ -12,7 +12,6 @@ records for its tag.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -106,15 +105,15 @@ def check_pin(name: str, pin, tree) -> None:
 
 
 def wheel_sha256(wheel: Path) -> str:
-    """sha256 of the wheel, memoised beside it (the cached wheel never changes)."""
-    memo = wheel.with_name(wheel.name + ".sha256")
-    if memo.is_file() and memo.stat().st_mtime >= wheel.stat().st_mtime:
-        return memo.read_text().strip()
-    digest = hashlib.sha256()
-    with wheel.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
+    """sha256 of the wheel: the one recorded when it was downloaded (``verified_wheel`` has
+    checked the bytes against it), else computed and recorded."""
+    from forgepatch.wheelcache import file_sha256, recorded_sha256
+
+    recorded = recorded_sha256(wheel)
+    if recorded is not None:
+        return recorded
+    digest = file_sha256(wheel)
     from forgepatch.infra.atomic import write_atomic
 
-    write_atomic(memo, digest.hexdigest())
-    return digest.hexdigest()
+    write_atomic(wheel.with_name(wheel.name + ".sha256"), digest + "\n")
+    return digest

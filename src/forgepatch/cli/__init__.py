@@ -149,6 +149,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         progress.enable(False)
     try:
+        if not {"-h", "--help", "--version"} & set(args):
+            from forgepatch import envsettings
+
+            envsettings.check_all()  # a bad setting fails every command alike (exit 2, one line)
         # non-standalone typer returns the code of typer.Exit / Ctrl-C (130) instead of raising
         try:
             code = app(args=argv, prog_name="forgepatch", standalone_mode=False)

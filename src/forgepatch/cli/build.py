@@ -37,6 +37,9 @@ def build(
     target = resolve_target(matrix, arch, pin=pin, source=source, base_image=base_image)
     audit = audit or matrix.arch(target.arch.name).audit
     if record is not None:
+        from forgepatch.paths import check_output
+
+        check_output(record, "--record")
         ship.check_record_path(record)
     api = connect()  # fail fast, before patching: engine down / base image missing -> exit 2
     base_id = base_image_id(api, target.base_image)
@@ -112,7 +115,7 @@ def build(
 
 
 def bake(
-    out: Path = typer.Option(Path("docker-bake.json"), "--out", help="Bake file to write."),
+    out: Path = typer.Option(Path("docker-bake.json"), "--out", help="Bake file to write ('-': stdout; contexts' paths are then relative to the current directory)."),
     arch: Optional[List[str]] = arch_list_option(help="Only these arches (repeatable; default: all configured)."),
     pin: Optional[List[str]] = typer.Option(None, "--pin", help="Only these pins (repeatable; default: each arch's pins)."),
     contexts: Optional[Path] = typer.Option(None, "--contexts", help="Where build contexts go (default: <out dir>/bake-contexts)."),
@@ -120,16 +123,18 @@ def bake(
 ) -> None:
     """Write docker-bake.json: one BuildKit target per arch x pin (args, tags, labels, context)."""
     from forgepatch.images.bake import bake_matrix
+    from forgepatch.paths import check_output
 
+    target = check_output(out, "--out", stdout_ok=True)  # None: stdout
     matrix = STATE.matrix()
     from forgepatch import progress
 
     with progress.task("assembling build contexts") as bar:
         doc = bake_matrix(
-            matrix, STATE.patches(), out, arches=arch or None, pins=pin or None, contexts_dir=contexts,
+            matrix, STATE.patches(), target, arches=arch or None, pins=pin or None, contexts_dir=contexts,
             on_target=lambda t: bar.update(f"patching {t.source} for {t.arch.name}"),
         )
-    if as_json:
+    if as_json or target is None:
         print_json(doc)
         return
     console().print(f"wrote {out} with {len(doc['target'])} targets: {', '.join(doc['target'])}")

@@ -35,9 +35,9 @@ def probe(
     if timeout <= 0:
         raise BadInput(f"--timeout must be > 0 (got {timeout})")
     if log is not None:
-        from forgepatch.paths import check_path
+        from forgepatch.paths import check_output
 
-        check_path(log, "--log", "new-file")
+        check_output(log, "--log")
     err = console(stderr=True)
 
     def show(stream: str, line: str) -> None:

@@ -113,8 +113,9 @@ def _verify(
     from forgepatch.release import evidence
     from forgepatch.release.verify import verify
 
-    book = _ledger(STATE.matrix(check_patches=False), ledger)
-    report = verify(evidence.open_repo(repo), book, tag, evidence.docker_api)
+    matrix = STATE.matrix(check_patches=False)
+    book = _ledger(matrix, ledger)
+    report = verify(evidence.open_repo(repo), book, tag, evidence.docker_api, matrix)
     if as_json:
         print_json(report.to_json())
     else:

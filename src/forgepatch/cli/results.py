@@ -8,13 +8,14 @@ from typing import List, Optional
 import typer
 
 from forgepatch.cli._state import print_json
+from forgepatch.errors import BadInput
 
 results_app = typer.Typer(rich_markup_mode=None, help="Work with smoke results files.", no_args_is_help=True)
 
 
 def merge_cmd(
     files: List[Path] = typer.Argument(..., help="Results files (`forgepatch smoke --json` of each shard)."),
-    out: Path = typer.Option(..., "--out", help="Write the merged results here."),
+    out: Path = typer.Option(..., "--out", help="Write the merged results here ('-': stdout, the document only)."),
     markdown: Optional[Path] = typer.Option(None, "--markdown", help="Also write the Markdown compatibility table."),
     junit: Optional[Path] = typer.Option(None, "--junit", help="Also write JUnit XML."),
     as_json: bool = typer.Option(False, "--json", help="Print the merged document on stdout too."),
@@ -23,10 +24,19 @@ def merge_cmd(
     order. Two different results for one job are refused (exit 2)."""
     from forgepatch.infra.journal import write_together
     from forgepatch.smoke import report
+    from forgepatch.paths import check_output
     from forgepatch.smoke.merge import merge
 
+    target = check_output(out, "--out", stdout_ok=True)  # None: stdout
+    markdown = check_output(markdown, "--markdown") if markdown else None
+    junit = check_output(junit, "--junit") if junit else None
     merged = merge(list(files))
-    outputs = {out: merged.doc.dumps()}  # all written or none, even across a crash (forgepatch.infra.journal)
+    if target is None:
+        if markdown or junit:
+            raise BadInput("--out -: the merged document goes to stdout; write --markdown/--junit with --out FILE")
+        typer.echo(merged.doc.dumps(), nl=False)
+        return
+    outputs = {target: merged.doc.dumps()}  # all written or none, even across a crash (forgepatch.infra.journal)
     if markdown:
         outputs[markdown] = report.to_markdown(merged.doc.jobs)
     if junit:

@@ -43,6 +43,11 @@ def _smoke(
 
     from rich.markup import escape  # job ids, summaries and flags are data, not markup
 
+    from forgepatch.paths import check_output
+
+    for path, flag in ((junit, "--junit"), (markdown, "--markdown")):
+        if path is not None:
+            check_output(path, flag)  # before any job runs
     _sigterm_interrupts()
     matrix = STATE.matrix(check_patches=False)
     if bisect:

@@ -121,14 +121,16 @@ def write_bake(doc: dict[str, Any], out: Path) -> None:
 
 
 def bake_matrix(
-    matrix, patches_dir: Path, out: Path, *, arches: list[str] | None = None, pins: list[str] | None = None,
+    matrix, patches_dir: Path, out: Path | None, *, arches: list[str] | None = None, pins: list[str] | None = None,
     contexts_dir: Path | None = None, on_target=None,
 ) -> dict[str, Any]:
-    """Patch and assemble a context for every configured arch x pin, then write the bake file."""
+    """Patch and assemble a context for every configured arch x pin, then write the bake file
+    (``out`` None: nothing is written, the document's paths are relative to the current
+    directory; the caller prints it)."""
     from forgepatch.images.prepare import prepare, resolve_target
 
-    out = Path(out).absolute()
-    contexts = Path(contexts_dir).absolute() if contexts_dir else out.parent / "bake-contexts"
+    base = Path(out).absolute().parent if out is not None else Path.cwd()
+    contexts = Path(contexts_dir).absolute() if contexts_dir else base / "bake-contexts"
     names = arches or list(matrix.arches)
     specs = []
     for arch_name in names:
@@ -143,6 +145,11 @@ def bake_matrix(
             specs.append(prepared.spec)
     if not specs:
         raise BadInput("bake: no arch x pin selected")
-    doc = bake_document(specs, out.parent)
-    write_bake(doc, out)
+    doc = bake_document(specs, base)
+    if out is None:
+        problems = validate(doc, base)
+        if problems:
+            raise BadInput(f"bake: invalid document: {problems[0]}")
+    else:
+        write_bake(doc, out)
     return doc

@@ -19,6 +19,24 @@ def _default_mode() -> int:
     return 0o666 & ~umask
 
 
+def refuse_special(path: Path) -> None:
+    """OSError when ``path`` is something a write must never replace: a directory, device,
+    FIFO or socket (or a symlink to one). The last line of defence behind
+    ``paths.check_output``: run as root, ``--out /dev/stdout`` must not replace the device."""
+    import errno
+    import stat
+
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return
+    except OSError:
+        return  # a loop, a dangling link: os.replace replaces the link itself, never its target
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+        raise OSError(errno.EEXIST, f"is {kind}; refusing to replace it", str(path))
+
+
 def write_atomic(path: Path, data: bytes | str | Path, *, validate: Callable[[Path], object] | None = None,
                  durable: bool = False, exclusive: bool = False, mode: int | None = None,
                  mtime: float | None = None) -> None:
@@ -33,6 +51,7 @@ def write_atomic(path: Path, data: bytes | str | Path, *, validate: Callable[[Pa
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    refuse_special(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         if isinstance(data, Path):

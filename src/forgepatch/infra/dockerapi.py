@@ -55,6 +55,18 @@ def image_labels(api_client: Any, ref: str) -> dict[str, str]:
     return dict(((api_client.inspect_image(ref).get("Config") or {}).get("Labels")) or {})
 
 
+def image_repository(ref: str) -> str:
+    """The repository of an image reference: ``host:5000/a/b:tag`` -> ``host:5000/a/b``."""
+    name = ref.partition("@")[0]
+    head, sep, tail = name.rpartition(":")
+    return head if sep and "/" not in tail else name
+
+
+def same_digest(a: str | None, b: str | None) -> bool:
+    """Two ``repo@sha256:...`` references name the same image bytes (repositories aside)."""
+    return bool(a and b) and a.rpartition("@")[2] == b.rpartition("@")[2]
+
+
 def repo_digest(inspected: dict[str, Any], repo: str | None = None) -> str | None:
     """The first registry digest (``repo@sha256:...``) of an inspected image, if it has one
     (with ``repo``: a digest in that repository only)."""

@@ -58,8 +58,15 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def lock_timeout(default: float = DEFAULT_TIMEOUT) -> float:
-    return envsettings.seconds("FORGEPATCH_LOCK_TIMEOUT", default, allow_zero=True)
+def lock_timeout(default: float | None = None) -> float:
+    """``$FORGEPATCH_LOCK_TIMEOUT`` (checked once, the same way for every command:
+    ``envsettings.LOCK_TIMEOUT``), else ``default`` (else the setting's own default)."""
+    setting = envsettings.LOCK_TIMEOUT
+    if default is not None:
+        from dataclasses import replace
+
+        setting = replace(setting, default=default)
+    return setting.read()
 
 
 @contextmanager
@@ -613,6 +620,7 @@ def open_tree(root: Path, what: str, write: bool) -> Iterator[TreeLock | None]:
     root = Path(root)
     lock = TreeLock(root, what)
     state = root / STATE_DIR
+    lock_timeout()  # a bad $FORGEPATCH_LOCK_TIMEOUT is bad input for readers too, not "unlocked"
     while True:
         exclusive = write or _pending(state)
         try:

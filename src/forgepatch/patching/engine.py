@@ -71,6 +71,9 @@ def edit_file(text: str, rel: str, patch: Patch, sites: list[Site], arch: Arch, 
     per site). With ``emit`` False (a status scan) each function is parsed on its own and
     edited in memory; no module edits, codegen or compile. Either way each function is held
     to "changed if and only if an edit was reported"."""
+    from forgepatch.patching import parselimits
+
+    parselimits.check(text, overlay.display(rel))  # before any libcst parse (a crash or minutes otherwise)
     wanted = {fn for s in sites for fn in s.functions}
     functions = None if emit else scan_functions(text, wanted)
     if functions is None:

@@ -25,6 +25,9 @@ def _blocks(stmt: cst.CSTNode):
 
 
 def parse(text: str, where: str) -> cst.Module:
+    from forgepatch.patching import parselimits
+
+    parselimits.check(text, where)  # before the native parser: a segfault or minutes otherwise
     try:
         return cst.parse_module(text)
     except cst.ParserSyntaxError as exc:

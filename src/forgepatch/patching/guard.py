@@ -25,12 +25,13 @@ from typing import Any, Callable
 from forgepatch import envsettings
 from forgepatch.errors import BadInput, ForgepatchError, located
 
-TIMEOUT_ENV = "FORGEPATCH_PATCH_IMPORT_TIMEOUT"
-DEFAULT_TIMEOUT_S = 10.0
+TIMEOUT_ENV = envsettings.PATCH_IMPORT_TIMEOUT.name
+EDIT_LIMIT_S = 120.0  # one call of a custom codemod (killed past it)
+DEFAULT_TIMEOUT_S = envsettings.PATCH_IMPORT_TIMEOUT.default
 
 
 def import_timeout() -> float:
-    return envsettings.seconds(TIMEOUT_ENV, DEFAULT_TIMEOUT_S, allow_zero=False, most=3600)
+    return envsettings.PATCH_IMPORT_TIMEOUT.read()
 
 
 def line_in(path: Path, tb: TracebackType | None) -> int | None:
@@ -65,7 +66,18 @@ def describe(exc: BaseException) -> str:
 
 
 def import_patch(path: Path) -> ModuleType:
-    """Execute a ``.py`` patch file as a fresh module, guarded and time-limited."""
+    """Execute a ``.py`` patch file as a fresh module, guarded and time-limited: first in a
+    child process (``isolate``: an ``os._exit``, a signal, a C-level loop or a memory bomb at
+    import ends the child, one line naming the patch), then, when that import was clean, here."""
+    from forgepatch.patching.isolate import run_isolated
+
+    limit = import_timeout()
+    run_isolated(path, "importing the patch", lambda: (_import_here(path), None)[1], limit=limit + 1.0,
+                 on_timeout=lambda: f"a patch must not block at import; ${TIMEOUT_ENV} sets the limit")
+    return _import_here(path)
+
+
+def _import_here(path: Path) -> ModuleType:
     name = "forgepatch_patch_" + "".join(c if c.isalnum() else "_" for c in path.stem)
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
@@ -150,12 +162,33 @@ def call(patch: Any, what: str, fn: Callable[..., Any], *args: Any, line: int | 
         raise BadInput(located(patch.path, line, f"patch {patch.id}: {what} {describe(exc)}")) from None
 
 
+def _portable(attrs: dict, patch: Any) -> tuple[dict, list[str]]:
+    """A codemod's attributes to carry out of its process: the patch itself stays behind
+    (the parent has it; its Codemod class cannot be pickled by name)."""
+    return {k: v for k, v in attrs.items() if v is not patch}, [k for k, v in attrs.items() if v is patch]
+
+
+def _restore(inner: Any, carried: tuple[dict, list[str]], patch: Any) -> None:
+    attrs, patch_keys = carried
+    vars(inner).update(attrs)
+    for key in patch_keys:
+        setattr(inner, key, patch)
+
+
 class GuardedCodemod:
-    """A custom patch's codemod, held to the SiteCodemod contract (see the module docstring)."""
+    """A custom patch's codemod, held to the SiteCodemod contract (see the module docstring).
+    Its code runs only in child processes (``isolate``): each call gets the codemod's state
+    (its attributes, ``ctx.state``) and gives back its result, findings and new state."""
 
     def __init__(self, patch: Any) -> None:
+        from forgepatch.patching.isolate import run_isolated
+
         self.patch = patch
-        self.inner = call(patch, "Codemod(patch)", patch.codemod, patch)
+        state = run_isolated(patch.path, f"patch {patch.id}: Codemod(patch)",
+                             lambda: _portable(vars(call(patch, "Codemod(patch)", patch.codemod, patch)), patch),
+                             limit=EDIT_LIMIT_S, line=getattr(patch, "codemod_line", None))
+        self.inner = patch.codemod.__new__(patch.codemod)
+        _restore(self.inner, state, patch)
 
     def _line(self, method: str) -> int | None:
         """The line of the patch's own ``def method`` (else of its Codemod class)."""
@@ -168,28 +201,55 @@ class GuardedCodemod:
         return BadInput(located(self.patch.path, self._line(what),
                                 f"patch {self.patch.id}: {what} returned {type(got).__name__}, not {want}"))
 
-    def edit_function(self, func, site, symbol, ctx):
-        import libcst as cst
+    def _isolated(self, method: str, ctx, run: Callable[[], Any], given: Any) -> Any:
+        """``run()`` in a child; the parent takes back its result and what it changed."""
+        from forgepatch.patching.isolate import run_isolated
 
-        out = call(self.patch, "edit_function", self.inner.edit_function, func, site, symbol, ctx)
-        if out is None:
-            return None
-        if not isinstance(out, cst.FunctionDef):
-            raise self._bad("edit_function", out, "a libcst FunctionDef or None")
-        if out is not func:  # the node must generate code
-            call(self.patch, "edit_function's result", lambda: cst.Module(body=[out]).code,
-                 line=self._line("edit_function"))
-        return out
+        before = len(ctx.findings)
+
+        def child():
+            out = run()
+            return (out is given, None if out is given else out, ctx.findings[before:], list(ctx.provided),
+                    ctx.state, _portable(vars(self.inner), self.patch))
+
+        same, out, findings, provided, state, inner = run_isolated(
+            self.patch.path, f"patch {self.patch.id}: {method}", child, limit=EDIT_LIMIT_S, line=self._line(method))
+        ctx.findings.extend(findings)
+        ctx.provided[:] = provided
+        ctx.state.clear()
+        ctx.state.update(state)
+        vars(self.inner).clear()
+        _restore(self.inner, inner, self.patch)
+        return given if same else out
+
+    def edit_function(self, func, site, symbol, ctx):
+        def run():
+            import libcst as cst
+
+            out = call(self.patch, "edit_function", self.inner.edit_function, func, site, symbol, ctx)
+            if out is None:
+                return None
+            if not isinstance(out, cst.FunctionDef):
+                raise self._bad("edit_function", out, "a libcst FunctionDef or None")
+            if out is not func:  # the node must generate code
+                call(self.patch, "edit_function's result", lambda: cst.Module(body=[out]).code,
+                     line=self._line("edit_function"))
+            return out
+
+        return self._isolated("edit_function", ctx, run, func)
 
     def finalize_module(self, module, ctx):
-        import libcst as cst
+        def run():
+            import libcst as cst
 
-        out = call(self.patch, "finalize_module", self.inner.finalize_module, module, ctx)
-        if not isinstance(out, cst.Module):
-            raise self._bad("finalize_module", out, "a libcst Module")
-        if out is not module:
-            call(self.patch, "finalize_module's result", lambda: out.code, line=self._line("finalize_module"))
-        return out
+            out = call(self.patch, "finalize_module", self.inner.finalize_module, module, ctx)
+            if not isinstance(out, cst.Module):
+                raise self._bad("finalize_module", out, "a libcst Module")
+            if out is not module:
+                call(self.patch, "finalize_module's result", lambda: out.code, line=self._line("finalize_module"))
+            return out
+
+        return self._isolated("finalize_module", ctx, run, module)
 
 
 def codemod_for(patch: Any) -> Any:

@@ -79,6 +79,7 @@ def write_out(package: Path, changed: dict[str, bytes], out_dir: Path, fill=None
         swapped = False
         try:
             tree = staging / "sglang"  # the staged copy (named so whatever the package)
+            check_links(Path(src))  # a link loop or a link out of the tree is never followed
             shutil.copytree(src, tree, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", STATE_DIR))
             if fill is not None:
                 fill(tree)
@@ -145,3 +146,27 @@ def _recover_out(staging: Path, final: Path, marker: Path) -> str:
         os.replace(staging / "marker", marker)
     shutil.rmtree(staging, ignore_errors=True)
     return f"{final.parent}: completed an interrupted apply --out (its copy was in place; its record is written now)"
+
+
+def check_links(root: Path) -> None:
+    """BadInput (one line) for a symbolic link under ``root`` that a copy would follow out of
+    the tree (its target is outside ``root``) or round in a loop (a directory link to one of
+    its own ancestors, or a link that cannot be resolved)."""
+    top = os.path.realpath(root)
+    for dirpath, dirnames, filenames in os.walk(root):  # followlinks=False: links are not entered
+        dirnames[:] = [d for d in dirnames if d not in ("__pycache__", STATE_DIR)]
+        for name in dirnames + filenames:
+            path = os.path.join(dirpath, name)
+            if not os.path.islink(path):
+                continue
+            try:
+                target = os.path.realpath(path, strict=True)
+            except OSError as exc:
+                if os.path.isdir(path) or getattr(exc, "errno", None) == 40:
+                    raise BadInput(f"source tree: {path}: symbolic link loop (not copied into --out)") from None
+                continue  # a dangling file link: copytree reports it as it always did
+            if os.path.commonpath([top, target]) != top:
+                raise BadInput(f"source tree: {path} is a symbolic link to {target}, outside the tree "
+                               f"(not copied into --out)")
+            if os.path.isdir(target) and os.path.commonpath([target, os.path.realpath(dirpath)]) == target:
+                raise BadInput(f"source tree: {path}: symbolic link loop (a link to {target}, its own ancestor)")

@@ -208,7 +208,9 @@ def _judge_profile(prof: str, mine, image: ev.ImageFacts, patchset: str) -> tupl
     if j.patchset != patchset:
         return Reason("results-incomplete" if not j.patchset else "patchset-changed",
                       f"smoke results for {prof} record patchset {j.patchset or '(none)'}, the patch files now hash to {patchset}", prof), {}
-    if j.image_digest and image.digest and j.image_digest != image.digest:
+    from forgepatch.infra.dockerapi import same_digest
+
+    if j.image_digest and image.digest and not same_digest(j.image_digest, image.digest):
         return Reason("other-image", f"smoke results for {prof} ran on {j.image_digest}, the image is now {image.digest}", prof), {}
     if j.status != "pass":
         what = j.label or j.summary or j.status

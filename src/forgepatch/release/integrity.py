@@ -70,6 +70,9 @@ def entry_problem(i: int, entry: dict[str, Any], facts, repo=None) -> str | None
     if not facts.annotated or facts.object != entry.get("tag_object"):
         return (f"{label}: the tag is {'a lightweight tag' if not facts.annotated else 'tag object ' + facts.object[:12]}"
                 f", the ledger recorded {str(entry.get('tag_object'))[:12]} (tag re-created)")
+    if entry.get("commit") and facts.commit != entry["commit"]:
+        return (f"{label}: the tag points at commit {facts.commit[:12]}, the ledger recorded {str(entry['commit'])[:12]} "
+                f"(tag re-pointed at other code)")
     recorded = facts.trailers.get(Trailer.LEDGER_ENTRY)
     if not recorded:
         return f"{label}: its tag message carries no {Trailer.LEDGER_ENTRY} (made without tamper evidence)"
@@ -82,13 +85,44 @@ def entry_problem(i: int, entry: dict[str, Any], facts, repo=None) -> str | None
     return None
 
 
-def check_chain(entries: list[dict[str, Any]], repo, check_signatures: bool = True) -> ChainReport:
+def tag_form(template: str | None):
+    """A regex matching every tag name ``[release] tag_template`` can give (None: no template)."""
+    import re
+    import string
+
+    if not template:
+        return None
+    try:
+        parts = list(string.Formatter().parse(template))
+    except ValueError:
+        return None
+    pattern = "".join(re.escape(text) + ("[^/]+" if name is not None else "") for text, name, _, _ in parts)
+    return re.compile(pattern)
+
+
+def must_sign(repo, require_signed: bool) -> str | None:
+    """Why every release tag must be signed here (None: it need not)."""
+    if require_signed:
+        return "matrix.toml [release] require_signed_tags = true"
+    try:
+        how = repo.signing()
+    except Exception:  # noqa: BLE001 - an unreadable git config asks for nothing
+        how = None
+    return f"this repository signs tags ({how}: tag.gpgSign / user.signingkey)" if how else None
+
+
+def check_chain(entries: list[dict[str, Any]], repo, check_signatures: bool = True, *,
+                tag_template: str | None = None, require_signed: bool = False) -> ChainReport:
     """The whole ledger against the repository's tags: the hash chain, each entry against the
-    digest its tag carries (and the tag's signature), and no release tag the ledger lacks."""
+    digest its tag carries, the commit it points at (and the tag's signature, required where
+    the repository signs or the matrix says so), and no release tag the ledger lacks: neither a
+    tag carrying a ledger entry (an entry removed, or a ledger that restarted a chain while older
+    release tags exist) nor a tag of ``tag_template``'s form."""
     report = ChainReport(len(entries))
     report.problem = chain_problem(entries)
     if report.problem:
         return report
+    signing_required = must_sign(repo, require_signed)
     ours = set()
     signed_by: int | None = None  # the first entry whose tag is signed
     for i, entry in enumerate(entries, 1):
@@ -98,6 +132,9 @@ def check_chain(entries: list[dict[str, Any]], repo, check_signatures: bool = Tr
             return report
         report.tags += 1
         ours.add(facts.object)
+        if not facts.signature and signing_required:
+            report.problem = f"entry {i} ({entry['tag']}): its tag is unsigned, but {signing_required}"
+            return report
         if not facts.signature and signed_by is not None:  # signing never stops silently
             report.problem = (f"entry {i} ({entry['tag']}): its tag is unsigned, but the tag of entry {signed_by} "
                               f"is signed (re-created without a signature?)")
@@ -111,9 +148,18 @@ def check_chain(entries: list[dict[str, Any]], repo, check_signatures: bool = Tr
                 return report
             report.signed += 1
     digests = {e["digest"]: n for n, e in enumerate(entries, 1)}
+    form = tag_form(tag_template)
+    ledger_tags = {e.get("tag") for e in entries}
     for name in repo.tag_names():
         facts = repo.tag(name)
-        if facts is None or not facts.annotated or facts.object in ours or Trailer.LEDGER_ENTRY not in facts.trailers:
+        if facts is None or facts.object in ours:
+            continue
+        carries = facts.annotated and Trailer.LEDGER_ENTRY in facts.trailers
+        if not carries:
+            if form is not None and form.fullmatch(name) and name not in ledger_tags:
+                report.problem = (f"release tag {name} (of [release] tag_template's form) has no ledger entry "
+                                  "(a release the ledger lost, or a tag made by hand)")
+                return report
             continue
         prev = facts.trailers.get(Trailer.LEDGER_PREV)
         if prev in digests or (prev == LEDGER_GENESIS and not entries):
@@ -124,4 +170,8 @@ def check_chain(entries: list[dict[str, Any]], repo, check_signatures: bool = Tr
             else:
                 report.problem = f"release tag {name} follows entry {n} but has no entry of its own: an entry was removed"
             return report
+        report.problem = (f"release tag {name} carries a ledger entry ({facts.trailers[Trailer.LEDGER_ENTRY][:12]}, after "
+                          f"{str(prev)[:12]}) the ledger does not hold: the ledger restarted a chain while older release "
+                          f"tags exist (or lost entries); restore it from git history or rebuild it from the tags")
+        return report
     return report

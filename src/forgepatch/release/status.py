@@ -67,7 +67,9 @@ def checked(entries: list[dict[str, Any]], matrix=None, repo=None):
     from forgepatch.release.ledger import chain_problem
 
     if repo is not None:
-        report = integrity.check_chain(entries, repo)
+        release = getattr(matrix, "release", None)
+        report = integrity.check_chain(entries, repo, tag_template=getattr(release, "tag_template", None),
+                                       require_signed=bool(getattr(release, "require_signed_tags", False)))
     else:
         report = integrity.ChainReport(len(entries), chain_problem(entries))
         report.notes.append("tags not checked (no fork repository: pass --repo)")

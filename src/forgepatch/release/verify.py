@@ -57,7 +57,7 @@ class _Stop(Exception):
     pass
 
 
-def verify(repo: GitRepo, ledger: Ledger, tag: str, api_factory: Callable[[], Any]) -> Verification:
+def verify(repo: GitRepo, ledger: Ledger, tag: str, api_factory: Callable[[], Any], matrix=None) -> Verification:
     entries = ledger.read(required=True)
     out = Verification(tag)
 
@@ -82,7 +82,9 @@ def verify(repo: GitRepo, ledger: Ledger, tag: str, api_factory: Callable[[], An
             check("entry", False, f"tag {tag} exists in {repo.root} but has no entry in {ledger.path}")
         entry = out.entry = mine[-1]
         _check_tag(check, repo, tag, entry, facts, entries.index(entry) + 1)
-        chain = integrity.check_chain(entries, repo)
+        release = getattr(matrix, "release", None)
+        chain = integrity.check_chain(entries, repo, tag_template=getattr(release, "tag_template", None),
+                                      require_signed=bool(getattr(release, "require_signed_tags", False)))
         check("chain", chain.ok, f"{ledger.path}: {chain.problem}")
         check("chain", None, chain.summary())
         _check_branch(check, repo, entry)

@@ -23,7 +23,7 @@ from forgepatch.infra.refs import is_digest_ref
 from forgepatch.combination import LABEL as IMAGE_LABEL
 from forgepatch.errors import BadInput
 from forgepatch.inimage.monitor import LineSplitter
-from forgepatch.infra.dockerapi import repo_digest
+from forgepatch.infra.dockerapi import image_repository, repo_digest
 from forgepatch.inimage.toolchain import prelude
 from forgepatch.smoke.jobs import JobSpec, LogSink, RunOutcome
 
@@ -201,7 +201,10 @@ class DockerRunner:
             image_id = container.attrs.get("Image")
             inspected = self.client.api.inspect_image(image_id)
             labels = dict((inspected.get("Config") or {}).get("Labels") or {})
-            digest = spec.image if is_digest_ref(spec.image or "") else repo_digest(inspected)
+            # the digest in the repository the image was pulled from (an image pushed to a
+            # mirror too has one digest per repository; the first one may be the mirror's)
+            digest = spec.image if is_digest_ref(spec.image or "") else (
+                repo_digest(inspected, image_repository(spec.image or "")) or repo_digest(inspected))
             if not (state["interrupted"] or cancel.is_set()):
                 container.start()
                 split = LineSplitter()

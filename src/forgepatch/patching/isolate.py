@@ -1,0 +1,111 @@
+"""Run a custom patch's code in a child process (``os.fork``): whatever the patch does there
+(``os._exit``, a signal, a segfault in a C extension, a C-level loop that holds the GIL, a
+memory bomb) ends the child, not forgepatch. The parent enforces the time limit by killing the
+child (SIGKILL, not a flag the patch could ignore), caps its memory (RLIMIT_AS) and refuses it
+file writes (RLIMIT_FSIZE 0: writing data to any file fails); the child's only output is its
+result, pickled back through a pipe. Any end of the child that is not a result is one line of
+bad input naming the patch file."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from forgepatch.errors import BadInput, ForgepatchError, located
+
+MEMORY_LIMIT = 8 << 30  # bytes of address space a patch's process may map (libcst trees are big)
+EDIT_LIMIT_S = 120.0  # one edit_function / finalize_module call
+
+
+def _child(fn: Callable[[], Any], w: int, memory: int) -> None:
+    import resource
+
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write fails with EFBIG instead of killing
+        sys.setrecursionlimit(max(sys.getrecursionlimit(), 20000))
+        try:
+            result: tuple = ("ok", fn())
+        except ForgepatchError as exc:
+            result = ("error", str(exc), exc.exit_code)
+        except MemoryError:
+            result = ("error", "", -1)
+        except BaseException as exc:  # noqa: BLE001 - reported as the patch's own failure
+            result = ("raised", f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}")
+        try:
+            data = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:  # noqa: BLE001
+            data = pickle.dumps(("raised", f"its result cannot be carried out of its process ({type(exc).__name__})"))
+        view = memoryview(len(data).to_bytes(8, "big") + data)
+        while view:
+            view = view[os.write(w, view):]
+    finally:
+        os._exit(0)
+
+
+def run_isolated(path: Path, what: str, fn: Callable[[], Any], *, limit: float, line: int | None = None,
+                 memory: int = MEMORY_LIMIT, on_timeout: Callable[[], str] | None = None) -> Any:
+    """``fn()`` in a forked child; its return value (pickled). ``what`` names the step in
+    messages (``importing the patch``, ``patch ID: edit_function``)."""
+    r, w = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.close(r)
+        _child(fn, w, memory)
+    os.close(w)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + limit
+    timed_out = False
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            ready, _, _ = select.select([r], [], [], min(left, 1.0))
+            if ready:
+                chunk = os.read(r, 1 << 20)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+    finally:
+        os.close(r)
+        if timed_out:
+            os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+    if timed_out:
+        raise BadInput(located(path, line, f"{what} took more than {limit:g} s (killed)"
+                               + (f"; {on_timeout()}" if on_timeout else "")))
+    data = b"".join(chunks)
+    size = int.from_bytes(data[:8], "big") if len(data) >= 8 else -1
+    if size < 0 or len(data) - 8 != size:
+        raise BadInput(located(path, line, f"{what}: {_ending(status)} before giving a result"))
+    result = pickle.loads(data[8:])
+    if result[0] == "ok":
+        return result[1]
+    if result[0] == "error":
+        if result[2] == -1:
+            raise BadInput(located(path, line, f"{what}: ran out of memory (limit {memory >> 20} MiB)"))
+        raise BadInput(result[1])
+    raise BadInput(located(path, line, f"{what} raises {result[1]}"))
+
+
+def _ending(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        return f"the patch's process was killed by {name}" + (" (out of memory?)" if sig == signal.SIGKILL else "")
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else status
+    return f"the patch's process exited (status {code}, e.g. os._exit)"
