@@ -23,11 +23,13 @@ class Status(str, Enum):
     IGNORED = "ignored"  # a gate the patch declares as an intentional exception (with a reason)
     NOT_APPLICABLE = "not-applicable"  # a semantic applies_to excludes the version, or an optional site is absent
     INCOMPLETE = "incomplete"  # patched, but a gate of the feature still rejects the arch
+    UNVERIFIED = "unverified"  # an arch read of the feature the verifier cannot evaluate (closed world)
+    WRONG = "wrong"  # the edit changes the behaviour of an arch the patch is not for
     DRIFT = "drift"  # a required site was not found (or is ambiguous)
 
     @classmethod
     def worst(cls, statuses: list["Status"]) -> "Status":
-        order = [cls.DRIFT, cls.INCOMPLETE, cls.APPLIED, cls.ALREADY, cls.ABSORBED, cls.IGNORED,
+        order = [cls.DRIFT, cls.WRONG, cls.UNVERIFIED, cls.INCOMPLETE, cls.APPLIED, cls.ALREADY, cls.ABSORBED, cls.IGNORED,
                  cls.NOT_APPLICABLE]
         for s in order:
             if s in statuses:
@@ -41,7 +43,7 @@ class Status(str, Enum):
 
 
 # Status values that fail a run (exit 1, nothing written, no branch moved, no image built).
-FAILED = ("drift", "incomplete")
+FAILED = ("drift", "incomplete", "unverified", "wrong")
 
 
 @dataclass
@@ -91,6 +93,9 @@ class PatchResult:
     status: Status
     sites: list[SiteResult] = field(default_factory=list)
     changes: dict[str, str] = field(default_factory=dict)  # rel path -> new text (this patch's step)
+    # every gate of the feature the evaluation judged (``evaluation.GateCheck``: file, line,
+    # function, status, per-arch value before/after), in tree order
+    checks: list[Any] = field(default_factory=list)
 
     @property
     def edited_files(self) -> set[str]:
