@@ -292,7 +292,11 @@ def _run_patch(patch: Patch, arch: Arch, version: str | None, overlay: _Overlay,
         data = overlay.read_bytes(rel)
         if feature_needles and evaluation.feature_file(data, feature_needles):
             feature.append(rel)
-        hits = [s for s in live if in_site_modules(rel, s) and is_candidate(data, s)] if live and quick.search(data) else []
+        # a site's own module holding its function is read even without the markers: a
+        # marker renamed there is drift, not "absent"
+        hits = [s for s in live if in_site_modules(rel, s) and (is_candidate(data, s) or (
+            s.modules and not s.anywhere and hinted(rel, s) and any(f"def {fn}(".encode() in data for fn in s.functions)))]\
+            if live and quick.search(data) else []
         if hits or (markers and lint.candidate(data, needles)):
             files[rel] = hits
         elif ckey:

@@ -110,6 +110,7 @@ class PatchResult:
             "status": self.status.value,
             "sites": [s.to_json() for s in self.sites],
             "files": sorted(self.changes),
+            "evaluation": [c.to_json() for c in self.checks],
         }
 
 
