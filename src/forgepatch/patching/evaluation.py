@@ -31,6 +31,7 @@ value before and after): plain data a lock of edit sets can be built from.
 from __future__ import annotations
 
 import ast
+import functools
 import itertools
 import re
 from dataclasses import dataclass, field
@@ -126,8 +127,13 @@ def _strings(node: ast.AST) -> list[str]:
             and id(n) not in docs]
 
 
-def _names_marker(nodes: Iterable[ast.AST], match: Matcher) -> bool:
+def _names_marker(nodes: Iterable[ast.AST], match: Matcher, lines: list[str] | None = None) -> bool:
     for node in nodes:
+        if lines is not None and hasattr(node, "end_lineno"):
+            first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", ())])
+            segment = "".join(lines[first - 1: node.end_lineno])
+            if not any(m in segment for m in match.words) and not any(p in segment for p in match._phrases):
+                continue  # no marker in its text: none in its code
         if match.words & _code_names(node) or any(match.string(s) for s in _strings(node)):
             return True
     return False
@@ -275,6 +281,9 @@ def _booleanish(node: ast.AST) -> bool:
 
 
 # -- evaluating a gate ---------------------------------------------------------------------
+_MISSING: Any = object()
+
+
 class _Undecided(Exception):
     def __init__(self, what: str, arch: str):
         super().__init__(what)
@@ -295,6 +304,7 @@ class Judge:
         self.arch_expr = arch_expr
         self.index = index
         self._expanded: dict[tuple, Any] = {}
+        self._leaves: dict[tuple, Any] = {}  # (node, scope, arch, mode) -> the evaluator's answer
 
     def values(self, root: _Root) -> dict[str, str]:
         """arch -> the gate's value (raises _Undecided)."""
@@ -419,7 +429,10 @@ class Judge:
             if isinstance(node, ast.Constant):
                 return repr(node.value)
             return f"<{ast.unparse(node)}>"  # a value that does not depend on the arch
-        v = ev.truth(node, scope) if mode == "truth" else ev.value(node, scope)
+        leaf = (id(node), scope.key, arch, mode)
+        v = self._leaves.get(leaf, _MISSING)
+        if v is _MISSING:
+            v = self._leaves[leaf] = ev.truth(node, scope) if mode == "truth" else ev.value(node, scope)
         if v is UNKNOWN:
             expanded = self._expand(node, scope, depth)
             if expanded is None:
@@ -578,40 +591,47 @@ def arch_reader(index_names: set[str]) -> Callable[[ast.AST], bool]:
     return reads
 
 
+def _statements(body):
+    """Every statement under ``body`` (nested blocks, functions and classes included);
+    expressions are not visited."""
+    stack = list(reversed(body))
+    while stack:
+        node = stack.pop()
+        yield node
+        for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+            for child in reversed(getattr(node, name, ()) or ()):
+                if isinstance(child, (ast.excepthandler, ast.match_case)):
+                    stack.extend(reversed(child.body))
+                elif isinstance(child, ast.stmt):
+                    stack.append(child)
+
+
 def _derived(trees: dict[str, ast.Module], seeds: set[str]) -> set[str]:
     """Names the examined files bind from arch reads, to a fixed point (an alias of a
-    predicate is itself an arch read): module-level names, functions returning one,
-    import aliases, and self attributes every assignment of which reads the arch. A
-    function's locals are its own (:class:`Reader`)."""
+    predicate is itself an arch read): module-level names, functions returning one (or
+    decorated by one), closures, import aliases, and self attributes every assignment of
+    which reads the arch. A function's other locals are its own (:class:`Reader`)."""
     names = set(seeds)
     binds: list[tuple[str, ast.AST]] = []
     attrs: dict[str, list[ast.AST]] = {}
-
-    def top(body):
-        for node in body:
-            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                binds.extend((t.id, node.value) for t in targets if isinstance(t, ast.Name))
-            elif isinstance(node, (ast.If, ast.Try)):
-                top(list(node.body) + list(node.orelse) + list(getattr(node, "finalbody", []))
-                    + [s for h in getattr(node, "handlers", []) for s in h.body])
-
     for tree in trees.values():
-        top(tree.body)
-        for node in ast.walk(tree):
+        owner: list = []
+        for node in _statements(tree.body):
             if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 for t in targets:
                     if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
                         attrs.setdefault(t.attr, []).append(node.value)
+                if node.col_offset == 0:
+                    binds.extend((t.id, node.value) for t in targets if isinstance(t, ast.Name))
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                rets = [r.value for r in ast.walk(node) if isinstance(r, ast.Return) and r.value is not None]
-                binds += [(node.name, r) for r in rets]
+                owner.append(node)
                 binds += [(node.name, d) for d in node.decorator_list]
             elif isinstance(node, ast.ImportFrom):
-                for a in node.names:
-                    if a.asname:
-                        binds.append((a.asname, ast.Name(a.name)))
+                binds += [(a.asname, ast.Name(a.name)) for a in node.names if a.asname]
+        for func in owner:
+            binds += [(func.name, r.value) for r in _statements(func.body)
+                      if isinstance(r, ast.Return) and r.value is not None]
     changed = True
     while changed:
         changed = False
@@ -685,7 +705,8 @@ def verify_patch(before: dict[str, str], after: dict[str, str], library: Callabl
         judge = Judge(index, reads)
         out: dict[tuple, tuple[_Root, dict | None, str | None]] = {}
         for rel, tree in version.trees.items():
-            for root in _file_roots(rel, tree, reads, match, site_functions.get(rel, set()), absorbed):
+            lines = version.texts[rel].splitlines(keepends=True)
+            for root in _file_roots(rel, tree, reads, match, site_functions.get(rel, set()), absorbed, lines):
                 line = root.line if label == "before" else line_back(rel, root.line)
                 try:
                     values, why = judge.values(root), None
@@ -765,14 +786,14 @@ def _admission(checks: list[GateCheck], arch: Arch, refs: list[str], absorbed) -
 
 
 def _file_roots(rel: str, tree: ast.Module, reads, match: Matcher | None, sites: set[str],
-                absorbed: set[tuple[str, str]]) -> list[_Root]:
+                absorbed: set[tuple[str, str]], lines: list[str] | None = None) -> list[_Root]:
     funcs = _functions(tree)
     by_name = {}
     for node, qual, cls in funcs:
         by_name.setdefault(node.name, []).append((node, qual, cls))
     feature = set()
     for node, qual, cls in funcs:
-        if node.name in sites or (rel, node.name) in absorbed or (match is not None and _names_marker([node], match)):
+        if node.name in sites or (rel, node.name) in absorbed or (match is not None and _names_marker([node], match, lines)):
             feature.add(id(node))
     # the same-file functions a feature function calls (transitively, two levels)
     called: set[int] = set()
@@ -855,14 +876,19 @@ def library_loader(read_bytes: Callable[[str], bytes | None], paths: set[str]) -
     return load
 
 
-_FROM = re.compile(rb"^[ \t]*from[ \t]+(\.*)([\w.]*)[ \t]+import", re.M)
+_FROM = re.compile(rb"^[ \t]*from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)", re.M)
+_RELEVANT = re.compile(rb"\*|is_sm\d|capabilit|get_device_sm|blackwell|hopper|platform|is_cuda|_supported")
 
 
 def _imported_modules(rel: str, data: bytes) -> list[str]:
+    """Modules this file imports an arch-relevant name from (a predicate, the platform, a
+    star import that may carry them)."""
     out = []
     for m in _FROM.finditer(data):
         level, module = len(m.group(1)), m.group(2).decode()
         if level == 0 and not module.startswith("sglang"):
+            continue
+        if not _RELEVANT.search(m.group(3)):
             continue
         parts = ["sglang"] + rel.split("/")[:-1]
         dotted = module if level == 0 else ".".join(parts[: len(parts) - (level - 1)] + ([module] if module else []))
@@ -878,6 +904,14 @@ def _module_files(module: str) -> tuple[str, ...]:
     return (f"{base}.py", f"{base}/__init__.py") if base else ("__init__.py",)
 
 
+_ARCH_RE = re.compile(b"|".join(re.escape(w) for w in ARCH_BYTES))
+
+
+@functools.lru_cache(maxsize=16)
+def _needles_re(needles: tuple[bytes, ...]) -> re.Pattern:
+    return re.compile(b"|".join(re.escape(n) for n in sorted(set(needles), key=len, reverse=True)))
+
+
 def feature_file(data: bytes, needles: list[bytes]) -> bool:
     """Can this file hold a gate of the feature? (a marker and an arch word, bytes only)"""
-    return any(n in data for n in needles) and any(w in data for w in ARCH_BYTES)
+    return _needles_re(tuple(needles)).search(data) is not None and _ARCH_RE.search(data) is not None
