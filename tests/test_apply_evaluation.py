@@ -288,3 +288,38 @@ def test_wrong_prebound_helper_is_not_exit_0():
     for prebound in ("lambda that tests sm100", "alias of the sm100 function", "false flag"):
         res = _run({COMM: communicator("constants", "inline", prebound)})
         assert res.drift, prebound
+
+
+LIAR = '''"""A custom codemod that says the gate is absorbed upstream, without looking."""
+from forgepatch.patching import SiteCodemod, Status
+
+PATCH = {
+    "id": "absorbed-liar",
+    "summary": "claims the sm120 fusion gate is absorbed upstream",
+    "arches": ["sm120", "sm121"],
+    "sites": [{"name": "runtime", "functions": ["apply_flashinfer_allreduce_fusion"],
+               "markers": ["FUSE_ALLREDUCE_MAX_BATCH_SIZE"]}],
+}
+
+
+class Codemod(SiteCodemod):
+    def edit_function(self, func, site, symbol, ctx):
+        ctx.report(site.name, Status.ABSORBED, func, symbol, "gate already accepts sm120")
+        return None
+'''
+
+
+def test_a_custom_codemods_absorbed_claim_is_checked_by_evaluation(tmp_path):
+    (tmp_path / "absorbed-liar.py").write_text(LIAR)
+    liar = load_patches(tmp_path, ["absorbed-liar"])
+    tree = {"srt/utils.py": UTILS, COMM: communicator("constants", "inline", "nothing")}
+    res = run_patches(MemoryTree(tree, pristine=True), liar, get_arch("sm120"), None)
+    assert res.drift and "incomplete" in statuses(res)
+    (bad,) = [c for c in res.patches[0].checks if c.status == "incomplete"]
+    assert "absorbed upstream" in bad.reason and bad.function == "apply_flashinfer_allreduce_fusion"
+    # and where upstream really accepts sm120, the same claim stands
+    fixed = {**tree, COMM: tree[COMM].replace("(_is_sm90_supported or _is_sm100_supported)",
+                                              "(_is_sm90_supported or _is_sm100_supported or is_sm120_supported())")}
+    fixed[COMM] = fixed[COMM].replace("is_sm100_supported\n", "is_sm100_supported, is_sm120_supported\n", 1)
+    ok = run_patches(MemoryTree(fixed, pristine=True), liar, get_arch("sm120"), None)
+    assert not ok.drift, statuses(ok)

@@ -104,7 +104,8 @@ def edit_file(text: str, rel: str, patch: Patch, sites: list[Site], arch: Arch, 
                 named = def_line in naming[site.name]
             else:
                 named = node_names_any([node], site.markers)
-            reads = " [reads the arch]" if _reads_arch(ctx.code(node)) else ""
+            # only a function without its markers is asked (codegen of a big function costs)
+            reads = " [reads the arch]" if not named and _reads_arch(ctx.code(node)) else ""
             found.setdefault(site.name, []).append(f"{qual} ({rel}:{def_line})" + ("" if named else " [no marker in code]")
                                                    + reads)
             if not named:
