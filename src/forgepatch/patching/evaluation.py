@@ -189,8 +189,8 @@ def _roots(func, rel: str, qual: str, cls: str | None, arch_expr: Callable[[ast.
         return _names_marker([stmt], match)
 
     def add(node, stmt, mode, test=None):
-        if node is None or not arch_expr(node):
-            return
+        if node is None or isinstance(node, ast.JoinedStr) or not arch_expr(node):
+            return  # an f-string is text (a message), not a gate
         out.append(_Root(rel, qual, node.lineno, node, scope, unit_names(stmt, test if test is not None else node), mode))
 
     def exprs(stmt):
@@ -239,6 +239,8 @@ def _roots(func, rel: str, qual: str, cls: str | None, arch_expr: Callable[[ast.
             stack = body + stack
             continue
         value = getattr(stmt, "value", None) if isinstance(stmt, (ast.Return, ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr)) else None
+        if isinstance(stmt, ast.Expr) and _is_log_call(value):
+            continue  # a log line says what the arch is; it gates nothing
         if isinstance(stmt, ast.Raise):
             value = stmt.exc
         if value is not None and arch_expr(value):
@@ -274,6 +276,18 @@ def _pure(test: ast.AST, reads) -> bool:
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return _pure(test.operand, reads)
     return reads(test)
+
+
+_LOG = {"debug", "info", "warning", "warn", "error", "exception", "critical", "log", "print", "print_once",
+        "warning_once", "info_once"}
+
+
+def _is_log_call(node) -> bool:
+    if not isinstance(node, ast.Call):
+        return False
+    f = node.func
+    name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+    return name in _LOG
 
 
 def _booleanish(node: ast.AST) -> bool:
@@ -816,11 +830,12 @@ def _file_roots(rel: str, tree: ast.Module, reads, match: Matcher | None, sites:
             site = node.name in sites or (rel, node.name) in absorbed
             out += _roots(node, rel, qual, cls, reads, match, site)
         elif id(node) in called:
-            # a callee's control flow (an early return, a raise) is on the feature's path
+            # a callee's control flow
             for r in _roots(node, rel, qual, cls, reads, None, False):
                 if r.mode in ("truth", "match"):
-                    r.feature = r.mode == "match" or (_guards_exit(node, r.node)
-                                                      and _pure(r.node, lambda n, sc=r.scope: reads(n, sc)))
+                    # held to decidability and to other arches unchanged; what it returns
+                    # reaches the feature through the caller's gates, which are evaluated
+                    r.feature = False
                     out.append(r)
     return out
 
