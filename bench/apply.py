@@ -7,6 +7,10 @@
 - a two-package series (sglang + flashinfer: tests/fixtures/packages, major-list, a .cu
   text patch and an added config) in ONE `apply --check` over VERSION and flashinfer-python
   FLASHINFER, interleaved with the sglang-only series on the same sglang tree (issue 23).
+- the per-arch evaluation (issue 21: every gate of the feature under every arch, before and
+  after) on and off, interleaved in this process, and, with ``--baseline-src DIR`` (e.g. the
+  main checkout's ``src``), the previous engine run from that code in a subprocess,
+  interleaved with this one: goal <= 1.2x.
 
     python bench/apply.py [--version 0.5.23] [--flashinfer 0.7.2] [--runs 5] [--baseline-runs 1]
 
@@ -48,8 +52,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--version", default="0.5.23")
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--baseline-runs", type=int, default=1)
+    ap.add_argument("--baseline-runs", type=int, default=1, help="parse-all runs (0: skip)")
     ap.add_argument("--flashinfer", default="0.7.2")
+    ap.add_argument("--baseline-src", default=None, help="the previous engine's src/ (PYTHONPATH)")
     args = ap.parse_args()
 
     from forgepatch.sources import pypi_tree
@@ -86,19 +91,51 @@ def main() -> None:
 
     from forgepatch.patching import astview, functions
 
-    def engine(self_check: bool) -> float:
+    def engine(self_check: bool, evaluate: bool = True) -> float:
         astview.view.cache_clear()  # per-text parse memos: every run starts cold, like a CLI run
         functions.defs_of.cache_clear()
         t = time.perf_counter()
-        res = run_patches(DirTree(tree.package, True), patches, arch, args.version, self_check=self_check)
+        res = run_patches(DirTree(tree.package, True), patches, arch, args.version, self_check=self_check,
+                          evaluate=evaluate)
         assert res.verified is self_check and not res.drift
         return time.perf_counter() - t
 
+    previous_code = (
+        "import time,sys\n"
+        "from forgepatch.arch import get_arch\nfrom forgepatch.patching.engine import run_patches\n"
+        "from forgepatch.patching.patchset import load_patches\nfrom forgepatch.paths import SHIPPED_PATCHES\n"
+        "from forgepatch.patching.trees import DirTree\nfrom pathlib import Path\n"
+        "p = load_patches(SHIPPED_PATCHES, ['sm120-flashinfer-allreduce-fusion'])\n"
+        "run_patches(DirTree(Path(sys.argv[1]), True), p, get_arch('sm120'), sys.argv[2])\n"
+        "t = time.perf_counter()\n"
+        "res = run_patches(DirTree(Path(sys.argv[1]), True), p, get_arch('sm120'), sys.argv[2])\n"
+        "print(time.perf_counter() - t)\n")
+
+    def previous() -> float:
+        import os
+
+        env = dict(os.environ, PYTHONPATH=args.baseline_src)
+        out = subprocess.run([sys.executable, "-c", previous_code, str(tree.package), args.version],
+                             env=env, capture_output=True, text=True, check=True)
+        return float(out.stdout.strip().splitlines()[-1])
+
+    def current() -> float:
+        import os
+
+        env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "src"))
+        out = subprocess.run([sys.executable, "-c", previous_code, str(tree.package), args.version],
+                             env=env, capture_output=True, text=True, check=True)
+        return float(out.stdout.strip().splitlines()[-1])
+
     engine(True)  # warm imports and the page cache
-    checked, unchecked = [], []
+    checked, unchecked, no_eval, prev, cur = [], [], [], [], []
     for _ in range(args.runs):  # interleaved, so load on the machine hits both alike
         checked.append(engine(True))
         unchecked.append(engine(False))
+        no_eval.append(engine(True, evaluate=False))
+        if args.baseline_src:
+            prev.append(previous())
+            cur.append(current())
     baseline = [parse_all(tree.package) for _ in range(args.baseline_runs)]  # 0: skip the slow baseline
     base = statistics.median(b[0] for b in baseline) if baseline else None
     doc = {
@@ -109,6 +146,12 @@ def main() -> None:
         "apply_engine_without_self_check_s_median": round(statistics.median(unchecked), 3),
         "self_check_ratio": round(statistics.median(checked) / statistics.median(unchecked), 2),
         "self_check_within_1_5x": statistics.median(checked) <= 1.5 * statistics.median(unchecked),
+        "apply_engine_without_evaluation_s_median": round(statistics.median(no_eval), 3),
+        "evaluation_ratio": round(statistics.median(checked) / statistics.median(no_eval), 2),
+        **({"previous_engine_s_median": round(statistics.median(prev), 3),
+            "this_engine_subprocess_s_median": round(statistics.median(cur), 3),
+            "vs_previous_ratio": round(statistics.median(cur) / statistics.median(prev), 2),
+            "vs_previous_within_1_2x": statistics.median(cur) <= 1.2 * statistics.median(prev)} if prev else {}),
         "parse_all_baseline_s_median": round(base, 2) if base else None,
         "speedup_cli_vs_parse_all": round(base / statistics.median(applies), 1) if base else None,
         "speedup_engine_vs_parse_all": round(base / statistics.median(checked), 1) if base else None,

@@ -53,7 +53,10 @@ def apply(files: dict[str, str]):
     base = {"srt/utils.py": UTILS, "srt/runtime_context.py": PLATFORM}
     res = run_patches(MemoryTree({**base, **files}, pristine=True), PATCHES, get_arch("sm120"), None)
     scan = run_patches(MemoryTree({**base, **files}, pristine=True), PATCHES, get_arch("sm120"), None, cache={})
-    assert [p.status for p in scan.patches] == [p.status for p in res.patches]  # drift agrees
+    # drift agrees with the engine (a status scan produces no text, so it has no per-arch
+    # evaluation: it is compared with the engine's verdict before that evaluation)
+    plain = run_patches(MemoryTree({**base, **files}, pristine=True), PATCHES, get_arch("sm120"), None, evaluate=False)
+    assert [p.status for p in scan.patches] == [p.status for p in plain.patches]
     return res
 
 
@@ -208,3 +211,136 @@ def test_marker_only_in_the_docstring_is_not_a_site():
     assert sites(res)["runtime-fusion-gate"] == "drift" and not res.changed
     runtime = next(s for p in res.patches for s in p.sites if s.site == "runtime-fusion-gate")
     assert "no marker in code" in runtime.detail
+
+
+# -- issue 21: gate shapes the recognizer was not taught, on real release sources -------------
+# Each case takes the real runtime-gate file of a release (0.5.10's communicator, 0.5.23's
+# layer_boundary add_norm) with the real predicate modules, and rewrites its arch test
+# `(_is_sm90_supported or _is_sm100_supported)` into another spelling of "sm90 or sm100".
+# Either the patch lands and the written gate accepts sm120, or apply fails naming the place
+# (drift / incomplete / unverified / wrong): never exit 0 with sm120 still rejected.
+from tests.test_apply_evaluation import ARCH_TESTS  # noqa: E402  (the same shape classes, by hand)
+
+REAL = {  # layout -> (release, runtime file, function)
+    "0.5.10": ("0.5.10", COMM, "apply_flashinfer_allreduce_fusion"),
+    "0.5.23": ("0.5.23", "srt/layers/layer_boundary/residual/add_norm.py", "flashinfer_ar_fusion_applies"),
+}
+REAL_SUPPORT = ("srt/utils/__init__.py", "srt/utils/common.py", "srt/runtime_context.py")
+GATE = "(_is_sm90_supported or _is_sm100_supported)"
+LANDS = {"constants", "calls", "newer sibling"}  # shapes the codemod widens (the rest: refused)
+
+
+def _real_files(layout: str) -> tuple[dict[str, str], str, str]:
+    from forgepatch.sources import pypi_tree
+
+    version, rel, func = REAL[layout]
+    pkg = pypi_tree(version).package
+    files = {r: (pkg / r).read_text() for r in (*REAL_SUPPORT, rel) if (pkg / r).exists()}
+    return files, rel, func
+
+
+def _reshape(text: str, func: str, shape: str) -> str:
+    expr, extra_import, helper = ARCH_TESTS[shape]
+    assert GATE in text
+    head = ("import functools\nimport torch\n"
+            "from sglang.srt.utils import is_sm90_supported, is_sm100_supported, is_sm110_supported\n")
+    if helper.startswith("from "):
+        head += helper
+        helper = ""
+    text = text.replace(GATE, f"({expr})", 1)
+    at = text.index(f"def {func}(")
+    return head + text[:at] + helper + "\n\n" + text[at:]
+
+
+def _apply_real(files: dict[str, str], version: str):
+    return run_patches(MemoryTree(files, pristine=True), PATCHES, get_arch("sm120"), version)
+
+
+def _failed_statuses(res) -> set[str]:
+    return {loc.status.value for p in res.patches for s in p.sites for loc in s.locations if loc.status.failed} | {
+        s.status.value for p in res.patches for s in p.sites if s.status.failed}
+
+
+@pytest.mark.parametrize("layout", sorted(REAL))
+@pytest.mark.parametrize("shape", sorted(ARCH_TESTS))
+def test_real_release_gate_shape_lands_or_is_refused(layout, shape):
+    files, rel, func = _real_files(layout)
+    files[rel] = _reshape(files[rel], func, shape)
+    files.setdefault("srt/utils/common.py", "")
+    files["srt/utils/common.py"] += "\n\ndef is_sm110_supported(device=None):\n    return torch.cuda.get_device_capability(device)[0] == 11\n"
+    res = _apply_real(files, REAL[layout][0])
+    if shape in LANDS:
+        assert not res.drift, (shape, _failed_statuses(res))
+        assert func in [fn for fn, _ in astcheck.gates_accepting(res.changed[rel], "sm120")]
+        assert all(c.status in ("ok", "incomplete") for p in res.patches for c in p.checks)
+    else:
+        assert res.drift, shape  # exit 1, nothing written
+        assert _failed_statuses(res) & {"drift", "incomplete", "unverified", "wrong"}
+
+
+@pytest.mark.parametrize("layout", sorted(REAL))
+def test_real_release_early_return_of_the_arch_is_a_feature_gate(layout):
+    files, rel, func = _real_files(layout)
+    text = files[rel]
+    at = text.index(f"def {func}(")
+    body = text.index("    return (", at)
+    files[rel] = text[:body] + f"    if not {GATE}:\n        return False\n" + text[body:].replace(GATE, "True", 1)
+    res = _apply_real(files, REAL[layout][0])
+    assert res.drift and _failed_statuses(res) & {"drift", "incomplete"}
+    assert any(c.status == "incomplete" and c.function == func for p in res.patches for c in p.checks)
+
+
+@pytest.mark.parametrize("layout", sorted(REAL))
+def test_real_release_elif_per_arch_is_refused(layout):
+    files, rel, func = _real_files(layout)
+    text = files[rel]
+    at = text.index(f"def {func}(")
+    body = text.index("    return (", at)
+    chain = ("    if _is_sm90_supported:\n        arch_ok = True\n    elif _is_sm100_supported:\n        arch_ok = True\n"
+             "    else:\n        arch_ok = False\n")
+    files[rel] = text[:body] + chain + text[body:].replace(GATE, "arch_ok", 1)
+    res = _apply_real(files, REAL[layout][0])
+    assert res.drift
+    assert any(c.status == "incomplete" and c.function == func for p in res.patches for c in p.checks)
+
+
+@pytest.mark.parametrize("layout", sorted(REAL))
+def test_real_release_new_module_with_the_features_gate_is_seen(layout):
+    files, rel, _func = _real_files(layout)
+    new = "srt/layers/flashinfer_workspace.py"
+    files[new] = ("from sglang.srt.utils import is_sm90_supported, is_sm100_supported\n\n"
+                  "FUSE_ALLREDUCE_MAX_BATCH_SIZE = 2048\n\n\n"
+                  "def flashinfer_allreduce_workspace_size(hidden: int) -> int:\n"
+                  "    if not (is_sm90_supported() or is_sm100_supported()):\n        return 0\n"
+                  "    return hidden * FUSE_ALLREDUCE_MAX_BATCH_SIZE\n")
+    res = _apply_real(files, REAL[layout][0])
+    assert res.drift
+    assert [(c.file, c.status) for p in res.patches for c in p.checks if c.file == new] == [(new, "incomplete")]
+
+
+@pytest.mark.parametrize("prebound", ["_is_sm120_supported = (lambda: _is_sm100_supported)()",
+                                      "_is_sm120_supported = _is_sm100_supported",
+                                      "_is_sm120_supported = False"])
+@pytest.mark.parametrize("layout", sorted(REAL))
+def test_real_release_helper_name_bound_to_the_wrong_thing_is_not_exit_0(layout, prebound):
+    files, rel, func = _real_files(layout)
+    text = files[rel]
+    at = text.index(f"def {func}(")
+    files[rel] = text[:at] + prebound + "\n\n\n" + text[at:]
+    res = _apply_real(files, REAL[layout][0])
+    assert res.drift and _failed_statuses(res) & {"incomplete", "wrong", "unverified"}
+
+
+@pytest.mark.parametrize("version", ["0.5.15", "0.5.23"])  # the releases that have the backend check
+def test_real_release_renamed_marker_of_an_optional_site_is_drift_not_not_applicable(version):
+    """Regression (236f482): an optional site present but unreadable is never not-applicable."""
+    from forgepatch.sources import pypi_tree
+
+    pkg = pypi_tree(version).package
+    rel = "srt/layers/flashinfer_comm_fusion.py"
+    files = {r: (pkg / r).read_text() for r in (*REAL_SUPPORT, rel) if (pkg / r).exists()}
+    res = _apply_real(files, version)
+    assert sites(res)["backend-check"] == "applied"  # as released
+    files[rel] = files[rel].replace("FlashInfer allreduce fusion", "FlashInfer AR fusion")
+    res = _apply_real(files, version)
+    assert sites(res)["backend-check"] == "drift" and res.drift

@@ -12,7 +12,7 @@ from forgepatch.cli._state import STATE, console, print_json
 
 _STYLE = {"applied": "green", "already-applied": "cyan", "absorbed-upstream": "blue", "ignored": "yellow",
           "not-applicable": "dim", "incomplete": "bold red", "drift": "bold red",
-          "review": "bold magenta"}
+          "review": "bold magenta", "unverified": "bold red", "wrong": "bold red"}
 # When nothing is written (--check, --diff, or a failed run) no edit "was applied": say what
 # the run would do instead. The word "applied" appears only when files were written.
 _UNWRITTEN = {"applied": "would apply", "already-applied": "already patched"}
@@ -132,14 +132,18 @@ def _self_check_line(res) -> str:
     from forgepatch.patching.model import SELF_CHECK_SITE, Status
 
     found = [loc for p in res.patches for s in p.sites if s.site == SELF_CHECK_SITE for loc in s.locations]
-    bad = [loc for loc in found if loc.status is Status.INCOMPLETE]
+    bad = [loc for loc in found if loc.status in (Status.INCOMPLETE, Status.UNVERIFIED, Status.WRONG)]
     ignored = [loc for loc in found if loc.status is Status.IGNORED]
     if bad:
-        return f"self-check: INCOMPLETE, {len(bad)} finding(s) above; nothing written"
+        worst = Status.worst([loc.status for loc in bad]).value.upper()
+        return f"self-check: {worst}, {len(bad)} finding(s) above; nothing written"
     edits = sum(1 for p in res.patches for s in p.sites if s.site != SELF_CHECK_SITE
                 for loc in s.locations if loc.status is Status.APPLIED)
     text = (f"self-check: {edits} edit(s) in {len(res.changed)} file(s), each one reported; " if edits
             else "self-check: no edit needed; ") + f"no gate of the feature still rejects {res.arch}"
+    checks = sum(len(getattr(p, "checks", ())) for p in res.patches)
+    if checks:
+        text += f"; {checks} gate(s) evaluated on every arch, no other arch changed"
     if ignored:
         text += f" ({len(ignored)} left as declared exceptions, see above)"
     return text
@@ -164,6 +168,10 @@ def _failure_message(res) -> str:
                     gate = f"`{loc.gate}` " if loc.gate else ""
                     detail = loc.detail.replace(f"; {INCOMPLETE_HINT}", "")
                     parts.append(f"patch {p.patch_id} incomplete: {loc.file}:{loc.line}: {loc.symbol}: {gate}{detail}")
+                elif loc.status in (Status.UNVERIFIED, Status.WRONG):
+                    gate = f"`{loc.gate}` " if loc.gate else ""
+                    parts.append(f"{loc.status.value} {loc.file}:{loc.line}: {loc.symbol}: {gate}{loc.detail} "
+                                 f"(patch {p.patch_id})")
                 elif loc.status is Status.REVIEW:
                     where = f"{loc.file}:{loc.line}" if loc.line else f"{loc.file}"
                     parts.append(f"patch {p.patch_id} review: {where}: {loc.symbol}: {loc.detail}")

@@ -163,9 +163,10 @@ def _render_fork(result) -> None:
                 if s.status.value == "drift":
                     cands = ", ".join(s.candidates[:5]) or "none"
                     err.print(f"[red]drift[/] {p.patch_id} site {s.site}: {s.detail or 'not found'}; candidates: {cands}")
-                elif s.status.value == "incomplete":  # the series' self-check: a gate left rejecting the arch
+                elif s.status.value in ("incomplete", "unverified", "wrong"):  # the series' self-check
                     for loc in s.locations:
-                        err.print(f"incomplete {p.patch_id}: {loc}", style="red", markup=False, soft_wrap=True)
+                        if loc.status.failed:
+                            err.print(f"{loc.status.value} {p.patch_id}: {loc}", style="red", markup=False, soft_wrap=True)
                 elif s.status.value == "review":  # the edit set is not one the patch's lock accepts
                     err.print(f"review {p.patch_id}: {s.detail}", style="magenta", markup=False, soft_wrap=True)
                     for loc in s.locations:

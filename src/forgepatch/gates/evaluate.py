@@ -21,7 +21,7 @@ from typing import Any
 from forgepatch.gates.bindings import assignments, bind_call
 from forgepatch.gates.values import (
     BIN, CAPABILITY_CALLS, CMP, PLATFORM_FALSE, PLATFORM_TRUE, UNKNOWN, VERSION, VERSION_NAMES, Cap, Func, Partial,
-    kleene_and, kleene_or, literal_table, plain, truth,
+    family_value, kleene_and, kleene_or, literal_table, plain, truth,
 )
 
 MAX_DEPTH = 12  # definitions followed through at most this many levels
@@ -44,11 +44,18 @@ class Scope:
 class Evaluator:
     """Evaluates expressions for one compute capability against an :class:`~forgepatch.gates.index.Index`."""
 
-    def __init__(self, index, cc: tuple[int, int], policy=None):
+    def __init__(self, index, cc: tuple[int, int], policy=None, strict: bool = False):
         """``policy`` says which definitions are followed (those built on arch reads, and
         literal tables); others are UNKNOWN: a module flag ``X = False`` or a
-        ``self.x = False`` somewhere in a class says nothing about the value at a gate."""
-        self.index, self.cc, self.policy = index, cc, policy
+        ``self.x = False`` somewhere in a class says nothing about the value at a gate.
+
+        ``strict`` (the apply verifier): a function whose decorator is not a known
+        transparent one (caches, ``property``) is UNKNOWN, a stub body (``...``) is UNKNOWN
+        rather than None, a property read through ``self`` is called, a lambda is a
+        function, and an SGLang family predicate (``is_sm100_supported``, ``_is_sm100``,
+        ``.is_sm100``) the tree does not define readably is read by its name
+        (:func:`~forgepatch.gates.values.family_value`)."""
+        self.index, self.cc, self.policy, self.strict = index, cc, policy, strict
         self._memo: dict[tuple, Any] = {}
         self._active: set[tuple] = set()
 
@@ -66,8 +73,20 @@ class Evaluator:
             return {"True": True, "False": False, "None": None}[name]
         definition = self.index.resolve(name, scope.file)
         if definition is None or not self._follows(definition):
+            return self._by_name(self.index.original_name(name, scope.file) if self.strict else name)
+        value = self.definition(definition, scope.depth)
+        if value is UNKNOWN:
+            return self._by_name(definition.name)
+        return value
+
+    def _by_name(self, name: str) -> Any:
+        """Strict mode: an undefined or unreadable family predicate, read by its name."""
+        if not self.strict:
             return UNKNOWN
-        return self.definition(definition, scope.depth)
+        fam = family_value(name, self.cc)
+        if fam is UNKNOWN:
+            return UNKNOWN
+        return fam if not name.endswith("_supported") or name.startswith("_") else _NamedPredicate(name, fam)
 
     def _follows(self, definition) -> bool:
         if self.policy is None or literal_table(definition.node):
@@ -107,7 +126,10 @@ class Evaluator:
         if key in self._memo:
             return self._memo[key]
         if isinstance(definition.node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            result = Func(definition.node, definition.file, definition.cls)
+            if self.strict and not transparent(definition.node):
+                result = UNKNOWN
+            else:
+                result = Func(definition.node, definition.file, definition.cls)
         elif key in self._active or depth > MAX_DEPTH:
             return UNKNOWN
         else:
@@ -149,6 +171,9 @@ class Evaluator:
 
     def _Constant(self, expr, scope):
         return expr.value
+
+    def _Lambda(self, expr, scope):
+        return Func(expr, scope.file, None) if self.strict else UNKNOWN
 
     def _Name(self, expr, scope):
         return self.name(expr.id, scope)
@@ -246,9 +271,15 @@ class Evaluator:
         target = self._attribute_target(attr, scope)
         if target is UNKNOWN and isinstance(expr.value, ast.Name):  # module.NAME
             definition = self.index.resolve(attr, scope.file)
-            return UNKNOWN if definition is None or not self._follows(definition) else self.definition(definition, scope.depth)
+            value = UNKNOWN if definition is None or not self._follows(definition) else self.definition(definition, scope.depth)
+            if value is UNKNOWN and self.strict:
+                return family_value(attr, self.cc) if not attr.endswith("_supported") else self._by_name(attr)
+            return value
         # platform facts are properties: reading one calls the probe
-        return self.call_value(target, [], {}, scope) if isinstance(target, (Func, Partial)) else target
+        value = self.call_value(target, [], {}, scope) if isinstance(target, (Func, Partial)) else target
+        if value is UNKNOWN and self.strict and not attr.endswith("_supported"):
+            return family_value(attr, self.cc)  # get_platform().is_sm100
+        return value
 
     def _attribute_target(self, attr: str, scope: Scope) -> Any:
         """What ``<platform>.attr`` names: a capability, a probe function, or UNKNOWN."""
@@ -266,7 +297,14 @@ class Evaluator:
         exprs = self.index.self_assignments(scope.file, scope.cls, attr)
         if not exprs:
             method = self.index.method(scope.file, scope.cls, attr)
-            return Func(method, scope.file, scope.cls) if method is not None else UNKNOWN
+            if method is None:
+                return UNKNOWN
+            if self.strict:
+                if not transparent(method):
+                    return UNKNOWN
+                if is_property(method):  # reading a property calls it
+                    return self.call_value(Func(method, scope.file, scope.cls), [], {}, scope)
+            return Func(method, scope.file, scope.cls)
         values = {repr(self.value(e, Scope(scope.file, scope.cls, {}, scope.depth + 1))) for e in exprs}
         if len(values) == 1:
             return self.value(exprs[0], Scope(scope.file, scope.cls, {}, scope.depth + 1))
@@ -316,6 +354,10 @@ class Evaluator:
             callee = self.value(func, scope)
         if callee is VERSION:  # torch.version.cuda.split(".")
             return VERSION
+        if isinstance(callee, _NamedPredicate):
+            return callee.value
+        if self.strict and callee is UNKNOWN and name is not None and name.endswith("_supported"):
+            return family_value(name, self.cc) if isinstance(func, ast.Attribute) else UNKNOWN
         if isinstance(callee, (Func, Partial)):
             args = [self.value(a, scope) for a in expr.args]
             kwargs = {k.arg: self.value(k.value, scope) for k in expr.keywords if k.arg}
@@ -339,9 +381,13 @@ class Evaluator:
             inner = Scope(callee.file, callee.cls, local, scope.depth + 1)
             if isinstance(node, ast.Lambda):
                 result = self.value(node.body, inner)
+            elif self.strict and is_stub(node):
+                result = family_value(node.name, self.cc)  # `def is_sm100_supported(): ...`
             else:
                 inner.local.update({k: v for k, v in assignments(node).items() if k not in local})  # params win
                 result = self._run(node.body, inner)
+                if self.strict and result is _FALLTHROUGH:
+                    result = None  # falling off the end returns None
         finally:
             self._active.discard(key)
         self._memo[key] = result
@@ -370,6 +416,50 @@ class Evaluator:
                 continue
             return UNKNOWN  # loops, with, raise ...: not followed
         return _FALLTHROUGH
+
+
+class _NamedPredicate:
+    """An SGLang family predicate function read by its name (strict mode): calling it gives
+    ``value``; as a bare name it is a function (truthy)."""
+
+    def __init__(self, name: str, value: bool):
+        self.name, self.value = name, value
+
+    def __repr__(self) -> str:
+        return f"<{self.name}>"
+
+
+_TRANSPARENT = {"lru_cache", "cache", "cached", "property", "cached_property", "staticmethod", "classmethod",
+                "wraps", "functools.lru_cache", "functools.cache", "functools.cached_property", "torch.compile",
+                "override", "abstractmethod"}
+
+
+def _decorator_name(dec: ast.expr) -> str:
+    node = dec.func if isinstance(dec, ast.Call) else dec
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def transparent(func) -> bool:
+    """Does every decorator of ``func`` leave its value as the body computes it?"""
+    return all(_decorator_name(d) in _TRANSPARENT for d in getattr(func, "decorator_list", ()))
+
+
+def is_property(func) -> bool:
+    return any(_decorator_name(d) in ("property", "cached_property") for d in getattr(func, "decorator_list", ()))
+
+
+def is_stub(func) -> bool:
+    """A body of only a docstring, ``...`` or ``pass`` (a declaration, not a definition)."""
+    for stmt in func.body:
+        if isinstance(stmt, ast.Pass):
+            continue
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and (
+                stmt.value.value is Ellipsis or isinstance(stmt.value.value, str)):
+            continue
+        return False
+    return True
 
 
 _DECORATOR: Any = object()

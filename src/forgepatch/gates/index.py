@@ -32,6 +32,7 @@ class Index:
         self._methods: dict[tuple[str, str], dict[str, ast.FunctionDef]] = {}
         self._self: dict[tuple[str, str], dict[str, list[ast.expr]]] = {}
         self._platform: dict[str, tuple] | None = None
+        self._imports: dict[tuple[str, str], tuple[str, str]] = {}  # (file, local) -> (module, name)
         for src in files:
             self.add(src)
 
@@ -51,6 +52,11 @@ class Index:
                 elif isinstance(node, ast.ClassDef):
                     for member in node.body:
                         self._member(src.rel, node.name, member)
+                elif isinstance(node, ast.ImportFrom):
+                    module = _absolute(src.rel, node.module or "", node.level)
+                    for alias in node.names:
+                        if alias.name != "*":
+                            self._imports[(src.rel, alias.asname or alias.name)] = (module, alias.name)
                 elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
                     targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                     for target in targets:
@@ -92,11 +98,24 @@ class Index:
         """The definition ``name`` refers to from ``file``: the file's own, else the one
         nearest in the package (longest shared directory prefix)."""
         found = self.defs.get(name)
-        if not found:
-            return None
-        own = [d for d in found if d.file == file]
+        own = [d for d in found or () if d.file == file]
         if own:
             return own[-1]
+        imported = self._imports.get((file, name))
+        if imported is not None:  # `from M import orig as name`: M's definition of orig
+            for _ in range(4):
+                module, orig = imported
+                there = [d for d in self.defs.get(orig, ()) if d.file in _module_files(module)]
+                if there:
+                    return there[-1]
+                nxt = next((self._imports[(f, orig)] for f in _module_files(module) if (f, orig) in self._imports), None)
+                if nxt is None:
+                    break
+                imported = nxt
+            name = imported[1]
+            found = self.defs.get(name)
+        if not found:
+            return None
         here = posixpath.dirname(file).split("/")
 
         def shared(d: Definition) -> int:
@@ -109,6 +128,16 @@ class Index:
             return n
 
         return max(found, key=lambda d: (shared(d), -len(d.file), d.file))
+
+    def original_name(self, name: str, file: str) -> str:
+        """The name ``name`` was imported as into ``file`` (followed through re-exports)."""
+        for _ in range(4):
+            imported = self._imports.get((file, name))
+            if imported is None:
+                return name
+            module, name = imported
+            file = next((f for f in _module_files(module) if (f, name) in self._imports), "")
+        return name
 
     def attribute_alias(self, attr: str) -> str | None:
         """``get_platform().<attr>`` -> the probe it reads: the tree's attribute tables,
@@ -141,3 +170,24 @@ class Index:
 
     def self_assignments(self, file: str, cls: str, attr: str) -> list[ast.expr]:
         return self._self.get((file, cls), {}).get(attr, [])
+
+    def self_attributes(self, file: str, cls: str) -> dict[str, list[ast.expr]]:
+        return self._self.get((file, cls), {})
+
+
+def _absolute(rel: str, module: str, level: int) -> str:
+    """The dotted module a (possibly relative) import in file ``rel`` names."""
+    if level == 0:
+        return module
+    parts = ["sglang"] + rel.split("/")[:-1]
+    base = parts[: len(parts) - (level - 1)]
+    return ".".join(base + ([module] if module else []))
+
+
+def _module_files(module: str) -> tuple[str, ...]:
+    """``sglang.srt.utils`` -> the package-relative files that can hold it."""
+    parts = module.split(".")
+    if parts[0] != "sglang":
+        return ()
+    base = "/".join(parts[1:])
+    return (f"{base}.py", f"{base}/__init__.py") if base else ("__init__.py",)

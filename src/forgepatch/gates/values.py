@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import operator
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +61,21 @@ class Func:
 class Partial:
     func: Func
     kwargs: tuple[tuple[str, Any], ...]
+
+
+_FAMILY_NAME = re.compile(r"^_?is_sm(\d+)(\d)(?:_supported)?$")
+
+
+def family_value(name: str, cc: tuple[int, int]) -> Any:
+    """What an SGLang family predicate says on ``cc``, read from its name: ``is_sm100_supported``,
+    ``_is_sm100_supported`` and ``is_sm100`` test the major version (10), as SGLang's
+    definitions do (sm103 passes sm100 predicates, sm121 sm120 ones). UNKNOWN for any
+    other name."""
+    m = _FAMILY_NAME.match(name)
+    if m is None:
+        return UNKNOWN
+    major, minor = int(m.group(1)), int(m.group(2))
+    return cc[0] == major if minor == 0 else tuple(cc) == (major, minor)
 
 
 def kleene_and(a, b):

@@ -9,13 +9,14 @@ and no gate of a patch's feature still rejects the arch.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, MutableMapping
 
 import libcst as cst
 
 from forgepatch.arch import Arch
 from forgepatch.errors import BadInput
-from forgepatch.patching import astview, guard, lint, sourcetext, verify
+from forgepatch.patching import astview, evaluation, guard, lint, sourcetext, verify
 from forgepatch.patching.codemods.base import FileContext, Finding, node_names_any
 from forgepatch.patching.functions import all_functions, parse, replace_functions, scan_functions
 from forgepatch.patching.locate import candidates, def_pattern, hinted, in_site_modules, is_candidate
@@ -31,6 +32,8 @@ class _Overlay:
         self.edited: dict[str, set[str]] = {}  # functions an earlier patch of the series rewrote
         self.sources: dict[str, sourcetext.SourceText] = {}  # how each original file decoded
         self._paths = set(tree.paths())
+        self.feature_files: dict[str, list[str]] = {}  # patch id -> files naming a marker and an arch word
+        self.found: dict[str, dict[str, list[str]]] = {}  # patch id -> site -> functions found
 
     def read_text(self, rel: str) -> str | None:
         if rel in self.texts:
@@ -104,7 +107,10 @@ def edit_file(text: str, rel: str, patch: Patch, sites: list[Site], arch: Arch, 
                 named = def_line in naming[site.name]
             else:
                 named = node_names_any([node], site.markers)
-            found.setdefault(site.name, []).append(f"{qual} ({rel}:{def_line})" + ("" if named else " [no marker in code]"))
+            # only a function without its markers is asked (codegen of a big function costs)
+            reads = " [reads the arch]" if not named and _reads_arch(ctx.code(node)) else ""
+            found.setdefault(site.name, []).append(f"{qual} ({rel}:{def_line})" + ("" if named else " [no marker in code]")
+                                                   + reads)
             if not named:
                 continue  # a marker in a comment or docstring does not make a site
             before = len(ctx.findings)
@@ -139,6 +145,20 @@ def edit_file(text: str, rel: str, patch: Patch, sites: list[Site], arch: Arch, 
     return new_text, ctx.findings, found
 
 
+READS_ARCH = " [reads the arch]"
+
+
+def _in_modules(entry: str, site: Site) -> bool:
+    m = re.search(r"\((.+):\d+\)", entry)
+    return bool(m) and (not site.modules or hinted(m.group(1), site))
+_ARCH_WORDS = re.compile(r"is_sm\d|capabilit|get_device_sm|is_blackwell|is_hopper|\.major\b|major_version")
+
+
+def _reads_arch(code: str) -> bool:
+    """Does a function's code read an arch fact (a predicate, the capability)?"""
+    return _ARCH_WORDS.search(code) is not None
+
+
 def _hold_to_report(ctx: FileContext, site: Site, qual: str, node, edited, findings: list[Finding]) -> None:
     """A function changes if and only if the codemod reported an edit in it."""
     reported = any(f.status is Status.APPLIED for f in findings)
@@ -160,6 +180,19 @@ def _site_result(site: Site, findings: list[Finding], found: list[str], overlay:
         locations = [Location(f.status, f.file, f.line, f.symbol, f.detail) for f in mine]
         return SiteResult(site.name, status, first.file, first.line, first.symbol,
                           "; ".join(dict.fromkeys(f.detail for f in mine if f.status is status)), locations=locations)
+    # optional means absent from the tree, never present but unreadable: a site function
+    # that reads the arch but no longer names its markers (renamed) is drift; one whose
+    # gate the codemod does not read is judged by the evaluation (``evaluation``)
+    renamed = [f[: -len(READS_ARCH)] for f in found if f.endswith(READS_ARCH) and "[no marker in code]" in f
+               and _in_modules(f, site)]  # a namesake elsewhere (``anywhere``) is not the site renamed
+    if renamed:
+        m = re.search(r"\((.+):(\d+)\) \[", renamed[0])
+        file, line = (m.group(1), int(m.group(2))) if m else (None, None)
+        sym = renamed[0].split(" (", 1)[0]
+        detail = (f"site function found and it reads the arch, but its markers ({', '.join(site.markers)}) "
+                  f"are not in its code (renamed?): {', '.join(renamed)}")
+        return SiteResult(site.name, Status.DRIFT, file, line, sym, detail,
+                          locations=[Location(Status.DRIFT, file, line, sym, detail)])
     if not site.required:
         detail = (f"optional site: no gate to widen in {', '.join(found)}" if found else "optional site absent")
         return SiteResult(site.name, Status.NOT_APPLICABLE, detail=detail)
@@ -178,25 +211,36 @@ def _site_result(site: Site, findings: list[Finding], found: list[str], overlay:
 
 def run_patches(tree: Tree, patches: list[Patch], arch: Arch, version: str | None,
                 cache: MutableMapping[str, Any] | None = None, pristine: bool | None = None,
-                self_check: bool = True) -> ApplyResult:
+                self_check: bool = True, evaluate: bool = True) -> ApplyResult:
     """Apply ``patches`` in order to ``tree`` for ``arch``; nothing is written.
 
     With ``cache`` (a persistent mapping, used by drift scans over git blobs) only statuses
     are computed: per-file findings are memoised by (blob key, patch, arch, live sites) and no
     new text is produced (``changes`` stays empty). ``self_check`` False skips the gate
     coverage check (the benchmark's baseline; nothing else should turn it off).
+
+    The per-arch evaluation (``evaluation``: every gate of the feature under every arch,
+    before and after) runs when texts are produced (not on a memoised status scan);
+    ``evaluate`` False skips it (the benchmark's baseline, and the tests that compare a
+    status scan with the engine).
     """
     pristine = getattr(tree, "pristine", False) if pristine is None else pristine
     overlay = _Overlay(tree)
     paths = tree.paths()
     result = ApplyResult(arch=arch.name, version=version, patchset_hash=patchset_hash(patches))
     gaps: list[tuple[Patch, list[lint.LintFinding]]] = []
+    evaluated = []
     for patch in patches:
+        before = dict(overlay.texts)
         pres, pgaps = _run_patch(patch, arch, version, overlay, paths, cache, pristine, result, self_check)
         result.patches.append(pres)
         gaps.append((patch, pgaps))
+        if self_check and evaluate and cache is None and arch.name in patch.arches and patch.applies(version):
+            evaluated.append((patch, pres, before))
     if self_check:
         verify.attach_coverage(result, gaps)
+        for patch, pres, before in evaluated:
+            verify.attach_evaluation(patch, pres, verify.evaluate(patch, pres, before, overlay, arch, paths))
         verify.changed_is_reported(result, emitted=cache is None)
         result.verified = True
     return result
@@ -236,6 +280,8 @@ def _run_patch(patch: Patch, arch: Arch, version: str | None, overlay: _Overlay,
     # and whether its gates are checked
     scope = f"{patch.hash}:{arch.name}:{int(pristine)}:{','.join(s.name for s in live)}:{int(bool(markers))}"
     todo, pending, dups = [], set(), []
+    feature_needles = [m.encode() for s in patch.sites for m in s.markers] if patch.covers_gates else []
+    overlay.feature_files[patch.id] = feature = []
     for rel in paths:
         key = None if rel in overlay.texts or cache is None else overlay.tree.key(rel)
         ckey = f"{key}:{scope}" if key else None
@@ -252,7 +298,13 @@ def _run_patch(patch: Patch, arch: Arch, version: str | None, overlay: _Overlay,
         prefetch([rel for rel, _ in todo if rel not in overlay.texts])
     for rel, ckey in todo:
         data = overlay.read_bytes(rel)
-        hits = [s for s in live if in_site_modules(rel, s) and is_candidate(data, s)] if live and quick.search(data) else []
+        if feature_needles and evaluation.feature_file(data, feature_needles):
+            feature.append(rel)
+        # a site's own module holding its function is read even without the markers: a
+        # marker renamed there is drift, not "absent"
+        hits = [s for s in live if in_site_modules(rel, s) and (is_candidate(data, s) or (
+            s.modules and not s.anywhere and hinted(rel, s) and any(f"def {fn}(".encode() in data for fn in s.functions)))]\
+            if live and quick.search(data) else []
         if hits or (markers and lint.candidate(data, needles)):
             files[rel] = hits
         elif ckey:
@@ -281,6 +333,7 @@ def _run_patch(patch: Patch, arch: Arch, version: str | None, overlay: _Overlay,
             changes[rel] = new_text
     for rel, ckey in dups:
         _from_cache(cache[ckey], findings, found, gaps, rel)
+    overlay.found[patch.id] = found
     site_results = [skipped.get(s.name) or _site_result(s, findings, found.get(s.name, []), overlay, paths)
                     for s in patch.sites]
     status = Status.worst([s.status for s in site_results])

@@ -23,12 +23,14 @@ class Status(str, Enum):
     IGNORED = "ignored"  # a gate the patch declares as an intentional exception (with a reason)
     NOT_APPLICABLE = "not-applicable"  # a semantic applies_to excludes the version, or an optional site is absent
     INCOMPLETE = "incomplete"  # patched, but a gate of the feature still rejects the arch
+    UNVERIFIED = "unverified"  # an arch read of the feature the verifier cannot evaluate (closed world)
+    WRONG = "wrong"  # the edit changes the behaviour of an arch the patch is not for
     DRIFT = "drift"  # a required site was not found (or is ambiguous)
     REVIEW = "review"  # the patch's edit set is not one its lock accepts for this arch (editlock)
 
     @classmethod
     def worst(cls, statuses: list["Status"]) -> "Status":
-        order = [cls.DRIFT, cls.INCOMPLETE, cls.REVIEW, cls.APPLIED, cls.ALREADY, cls.ABSORBED, cls.IGNORED,
+        order = [cls.DRIFT, cls.WRONG, cls.UNVERIFIED, cls.INCOMPLETE, cls.REVIEW, cls.APPLIED, cls.ALREADY, cls.ABSORBED, cls.IGNORED,
                  cls.NOT_APPLICABLE]
         for s in order:
             if s in statuses:
@@ -42,7 +44,7 @@ class Status(str, Enum):
 
 
 # Status values that fail a run (exit 1, nothing written, no branch moved, no image built).
-FAILED = ("drift", "incomplete", "review")
+FAILED = ("drift", "incomplete", "unverified", "wrong", "review")
 
 
 @dataclass
@@ -96,6 +98,9 @@ class PatchResult:
     # (None: it changed nothing); set by the series' lock check (editlock.review)
     edits: list[Any] = field(default_factory=list, repr=False)
     edit_set: str | None = None
+    # every gate of the feature the evaluation judged (``evaluation.GateCheck``: file, line,
+    # function, status, per-arch value before/after), in tree order
+    checks: list[Any] = field(default_factory=list)
 
     @property
     def edited_files(self) -> set[str]:
@@ -112,6 +117,7 @@ class PatchResult:
             "files": sorted(self.changes),
             "edit_set": self.edit_set,
             "edits": [e.to_doc() for e in self.edits],
+            "evaluation": [c.to_json() for c in self.checks],
         }
 
 

@@ -140,3 +140,99 @@ def _add(pres, locations: list[Location]) -> None:
     n = sum(loc.status is site.status for loc in site.locations)
     site.detail = str(first) if n == 1 else f"{n} finding(s) {site.status.value}; first: {first}"
     pres.status = Status.worst([s.status for s in pres.sites])
+
+
+def evaluate(patch: Patch, pres, before: dict[str, str], overlay, arch: Arch, paths: list[str]):
+    """The per-arch evaluation of one patch's step (:mod:`evaluation`): the files it changed
+    and the tree's files of its feature, before and after it."""
+    import re
+
+    from forgepatch.patching import evaluation
+
+    def text_before(rel: str) -> str | None:
+        if rel in before:  # an earlier patch of the series changed it
+            return before[rel]
+        if rel in overlay.sources:
+            return overlay.sources[rel].text
+        return overlay.read_text(rel) if rel not in overlay.texts else None
+
+    changed = {rel for rel, text in pres.changes.items() if text_before(rel) != text}
+    found = overlay.found.get(patch.id, {})
+    sites: dict[str, set[str]] = {}
+    for entries in found.values():
+        for entry in entries:
+            m = re.match(r"(\S+) \((.+):\d+\)", entry)
+            if m and "[no marker in code]" not in entry:  # a namesake is not a site
+                sites.setdefault(m.group(2), set()).add(m.group(1).rsplit(".", 1)[-1])
+    absorbed = {(loc.file, (loc.symbol or "").rsplit(".", 1)[-1]) for s in pres.sites for loc in s.locations
+                if loc.status is Status.ABSORBED and loc.file}
+    absorbed |= {(s.file, (s.symbol or "").rsplit(".", 1)[-1]) for s in pres.sites if s.status is Status.ABSORBED and s.file}
+    examined = set(changed) | set(sites) | {f for f, _ in absorbed}
+    examined |= set(overlay.feature_files.get(patch.id, ()))
+    olds, news = {}, {}
+    for rel in sorted(examined):
+        old = text_before(rel)
+        new = overlay.read_text(rel) if rel in changed else old
+        if old is None or new is None:
+            continue
+        olds[rel], news[rel] = old, new
+    maps = {rel: _line_map(olds[rel], news[rel]) for rel in changed if rel in olds}
+
+    def line_back(rel: str, line: int) -> int:
+        return maps[rel](line) if rel in maps else line
+
+    def read_bytes(rel: str):
+        try:
+            return overlay.read_bytes(rel)
+        except (KeyError, OSError):
+            return None
+
+    library = evaluation.library_loader(read_bytes, set(paths))
+    markers = sorted({m for s in patch.sites for m in s.markers})
+    return evaluation.verify_patch(olds, news, library, markers, sites, arch, list(patch.arches),
+                                   widening=patch.covers_gates, absorbed=absorbed, line_back=line_back,
+                                   changed=changed)
+
+
+_CHECK_STATUS = {"unverified": Status.UNVERIFIED, "wrong": Status.WRONG, "incomplete": Status.INCOMPLETE}
+
+
+def attach_evaluation(patch: Patch, pres, checks) -> None:
+    """Put the evaluation's findings in the patch's result (``unverified``, ``wrong``,
+    ``incomplete``, or ``ignored`` by the patch's rules); a gate the coverage check already
+    reported incomplete at the same place is reported once."""
+    pres.checks = sorted(checks, key=lambda c: (c.file, c.line))
+    import re
+
+    known = [loc for s in pres.sites for loc in s.locations
+             if loc.status in (Status.INCOMPLETE, Status.IGNORED, Status.DRIFT)]
+
+    def reported(c) -> bool:
+        """The coverage check already names this gate (its line, its code, or the module
+        constant it reads)."""
+        words = set(re.findall(r"\w+", c.expr))
+        norm = " ".join(c.expr.split())
+        for loc in known:
+            if loc.file != c.file:
+                continue
+            if loc.line == c.line or (loc.gate and " ".join(loc.gate.split()) in norm
+                                      and (loc.symbol or "").rsplit(".", 1)[-1] == c.function.rsplit(".", 1)[-1]):
+                return True
+            if loc.symbol and loc.symbol in words:
+                return True
+        return False
+
+    locations = []
+    for c in pres.checks:
+        status = _CHECK_STATUS.get(c.status)
+        if status is None or (status is Status.INCOMPLETE and reported(c)):
+            continue
+        detail = c.reason
+        if status is Status.INCOMPLETE:
+            rule = next((r for r in patch.ignore if r.matches(c.file, c.function, c.expr)), None)
+            if rule is not None:
+                status, detail = Status.IGNORED, f"{c.reason}; ignored: {rule.reason}"
+            else:
+                detail = f"{c.reason}; {INCOMPLETE_HINT}"
+        locations.append(Location(status, c.file, c.line or None, c.function, detail, c.expr or None))
+    _add(pres, locations)
