@@ -75,6 +75,10 @@ class Evaluator:
         if definition is None or not self._follows(definition):
             return self._by_name(self.index.original_name(name, scope.file) if self.strict else name)
         value = self.definition(definition, scope.depth)
+        if value is UNKNOWN and self.strict:
+            majors = capability_majors(definition.node)
+            if majors is not None:  # `is_blackwell = lru_cache(...)(partial(_check..., device_capability_majors=[10, 11, 12]))`
+                return _NamedPredicate(definition.name, self.cc[0] in majors)
         if value is UNKNOWN:
             return self._by_name(definition.name)
         return value
@@ -416,6 +420,21 @@ class Evaluator:
                 continue
             return UNKNOWN  # loops, with, raise ...: not followed
         return _FALLTHROUGH
+
+
+def capability_majors(node) -> tuple[int, ...] | None:
+    """The majors a predicate of SGLang's capability-check form admits, read off its
+    definition: a ``partial(<check>, device_capability_majors=[...], ...)`` (possibly under
+    ``lru_cache(...)(...)``) whose list is int literals. None for any other form."""
+    value = getattr(node, "value", node)
+    for sub in ast.walk(value) if isinstance(value, ast.AST) else ():
+        if isinstance(sub, ast.Call) and getattr(sub.func, "id", getattr(sub.func, "attr", None)) == "partial":
+            for kw in sub.keywords:
+                if kw.arg == "device_capability_majors" and isinstance(kw.value, (ast.List, ast.Tuple)):
+                    items = kw.value.elts
+                    if items and all(isinstance(e, ast.Constant) and type(e.value) is int for e in items):
+                        return tuple(e.value for e in items)
+    return None
 
 
 class _NamedPredicate:
