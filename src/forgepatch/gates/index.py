@@ -53,7 +53,7 @@ class Index:
                     for member in node.body:
                         self._member(src.rel, node.name, member)
                 elif isinstance(node, ast.ImportFrom):
-                    module = _absolute(src.rel, node.module or "", node.level)
+                    module = absolute_module(src.rel, node.module or "", node.level)
                     for alias in node.names:
                         if alias.name != "*":
                             self._imports[(src.rel, alias.asname or alias.name)] = (module, alias.name)
@@ -105,10 +105,10 @@ class Index:
         if imported is not None:  # `from M import orig as name`: M's definition of orig
             for _ in range(4):
                 module, orig = imported
-                there = [d for d in self.defs.get(orig, ()) if d.file in _module_files(module)]
+                there = [d for d in self.defs.get(orig, ()) if d.file in module_files(module)]
                 if there:
                     return there[-1]
-                nxt = next((self._imports[(f, orig)] for f in _module_files(module) if (f, orig) in self._imports), None)
+                nxt = next((self._imports[(f, orig)] for f in module_files(module) if (f, orig) in self._imports), None)
                 if nxt is None:
                     break
                 imported = nxt
@@ -136,7 +136,7 @@ class Index:
             if imported is None:
                 return name
             module, name = imported
-            file = next((f for f in _module_files(module) if (f, name) in self._imports), "")
+            file = next((f for f in module_files(module) if (f, name) in self._imports), "")
         return name
 
     def attribute_alias(self, attr: str) -> str | None:
@@ -175,7 +175,7 @@ class Index:
         return self._self.get((file, cls), {})
 
 
-def _absolute(rel: str, module: str, level: int) -> str:
+def absolute_module(rel: str, module: str, level: int) -> str:
     """The dotted module a (possibly relative) import in file ``rel`` names."""
     if level == 0:
         return module
@@ -184,7 +184,7 @@ def _absolute(rel: str, module: str, level: int) -> str:
     return ".".join(base + ([module] if module else []))
 
 
-def _module_files(module: str) -> tuple[str, ...]:
+def module_files(module: str) -> tuple[str, ...]:
     """``sglang.srt.utils`` -> the package-relative files that can hold it."""
     parts = module.split(".")
     if parts[0] != "sglang":

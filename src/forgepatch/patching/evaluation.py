@@ -40,7 +40,7 @@ from typing import Any, Callable, Iterable
 from forgepatch.arch import ARCHES, Arch
 from forgepatch.gates.bindings import Locals
 from forgepatch.gates.evaluate import Evaluator, Scope
-from forgepatch.gates.index import Index
+from forgepatch.gates.index import Index, absolute_module, module_files
 from forgepatch.gates.scan import Block, SourceFile, parse_file
 from forgepatch.gates.values import UNKNOWN, VERSION, Cap, Func, Partial, plain, truth
 from forgepatch.patching.markers import Matcher
@@ -877,7 +877,7 @@ def library_loader(read_bytes: Callable[[str], bytes | None], paths: set[str]) -
             if data is None:
                 continue
             for module in _imported_modules(rel, data):
-                for cand in _module_files(module):
+                for cand in module_files(module):
                     if cand in paths and cand not in seen:
                         seen.add(cand)
                         if cand not in cache:
@@ -905,18 +905,8 @@ def _imported_modules(rel: str, data: bytes) -> list[str]:
             continue
         if not _RELEVANT.search(m.group(3)):
             continue
-        parts = ["sglang"] + rel.split("/")[:-1]
-        dotted = module if level == 0 else ".".join(parts[: len(parts) - (level - 1)] + ([module] if module else []))
-        out.append(dotted)
+        out.append(absolute_module(rel, module, level))
     return out
-
-
-def _module_files(module: str) -> tuple[str, ...]:
-    parts = module.split(".")
-    if parts[0] != "sglang":
-        return ()
-    base = "/".join(parts[1:])
-    return (f"{base}.py", f"{base}/__init__.py") if base else ("__init__.py",)
 
 
 _ARCH_RE = re.compile(b"|".join(re.escape(w) for w in ARCH_BYTES))
