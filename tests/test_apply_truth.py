@@ -46,6 +46,24 @@ def release():
     return pypi_tree("0.5.23")
 
 
+_UNLOCKED: list[Path] = []
+
+
+def _unlocked_shipped() -> Path:
+    """The shipped patches without their locks: these tests craft trees no lock was accepted
+    on (a new gate, a copied function), and judge the engine's truth on them; the lock's
+    `review` of such trees is tested in test_edit_lock.py."""
+    if not _UNLOCKED:
+        import tempfile
+
+        where = Path(tempfile.mkdtemp(prefix="unlocked-patches-"))
+        for f in SHIPPED_PATCHES.iterdir():
+            if f.suffix in (".toml", ".py"):
+                shutil.copy(f, where / f.name)
+        _UNLOCKED.append(where)
+    return _UNLOCKED[0]
+
+
 def run(tree_changes: dict[str, str], release, patches=None, arch="sm120", version="0.5.23", **kw):
     """The arch's series on the release with ``tree_changes`` over it, in memory."""
     from forgepatch.arch import get_arch
@@ -53,7 +71,7 @@ def run(tree_changes: dict[str, str], release, patches=None, arch="sm120", versi
     from forgepatch.patching.series import Series, run_series
     from forgepatch.patching.trees import DirTree, OverlayTree
 
-    pdir = patches or SHIPPED_PATCHES
+    pdir = patches or _unlocked_shipped()
     ids = [PATCH_ID] if arch in ("sm120", "sm121") else ["sm103-ep-cuda-graph-guard"]
     series = Series(get_arch(arch), tuple(load_patches(pdir, ids)))
     return run_series(series, OverlayTree(DirTree(release.package), tree_changes, pristine=True), version, **kw)

@@ -139,3 +139,4 @@ def test_fast_path_matches_whole_file_on_real_patched_releases():
                     assert [e.key for e in fast] == [e.key for e in canonical(_whole_file_edits(rel, res.originals[rel], new))]
                     seen += bool(fast)
     assert seen >= 6
+

@@ -188,9 +188,14 @@ def _blocks(st: ast.stmt) -> list[list[ast.stmt]]:
     return out
 
 
+_LINE_ENDS = re.compile(r"(?<=\r\n)|(?<=\n)|(?<=\r)(?!\n)")
+
+
 def _spans(tree: ast.Module, text: str) -> dict[str, str]:
     """qualified scope -> its source text (decorators included), for every def and class."""
-    lines = text.splitlines(keepends=True)
+    # lines as the parser counts them (\n, \r\n, \r): str.splitlines also splits at form
+    # feeds and other separators, which would shift every span after one
+    lines = _LINE_ENDS.split(text)
     spans: dict[str, str] = {}
 
     def walk(stmts: list[ast.stmt], qual: str) -> None:
