@@ -62,7 +62,7 @@ class Edit:
 def digest(edits: Iterable[Edit]) -> str:
     """A short content hash of an edit set (order-independent, duplicates count)."""
     docs = sorted(json.dumps(e.to_doc(), sort_keys=True) for e in edits)
-    return hashlib.sha256("\n".join(docs).encode()).hexdigest()[:12]
+    return hashlib.sha256("\n".join(docs).encode("utf-8", "surrogateescape")).hexdigest()[:12]
 
 
 def canonical(edits: Iterable[Edit]) -> list[Edit]:
@@ -79,9 +79,10 @@ def series_edits(originals: dict[str, str], steps: list[tuple[str, dict[str, str
     for pid, changes in steps:
         edits: list[Edit] = []
         for rel in sorted(changes):
-            before = current.get(rel, "")
-            if changes[rel] != before:
-                edits += file_edits(rel, before, changes[rel])
+            before = current.get(rel) or ""  # None: a file the series adds (add-files)
+            after = changes[rel] or ""
+            if after != before:
+                edits += file_edits(rel, before, after)
             current[rel] = changes[rel]
         out[pid] = canonical(edits)
     return out
@@ -153,8 +154,8 @@ def _whole_file_edits(rel: str, before: str, after: str) -> list[Edit]:
         # only scopes whose source changed are flattened (ast.unparse is the cost)
     except (SyntaxError, ValueError) as exc:  # not Python we can read: the whole file is one edit
         why = f"<not parseable: {type(exc).__name__}>"
-        return [Edit(rel, "<file>", (), (why, hashlib.sha256(before.encode()).hexdigest()[:12]),
-                     (hashlib.sha256(after.encode()).hexdigest()[:12],))]
+        return [Edit(rel, "<file>", (), (why, hashlib.sha256(before.encode("utf-8", "surrogateescape")).hexdigest()[:12]),
+                     (hashlib.sha256(after.encode("utf-8", "surrogateescape")).hexdigest()[:12],))]
     return _edits(rel, old_tree, before, new_tree, after)
 
 
