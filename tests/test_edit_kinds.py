@@ -53,6 +53,17 @@ def test_the_series_is_ten_patches_of_every_kind():
     assert {"arch-gate", "narrow", "value", "guard"} <= set(kinds), kinds
 
 
+# What the per-arch evaluation (issue 21, merged after these goldens were made) finds in the
+# example series, and refuses with exit 1: on 0.5.10 the trtllm-mha prefill patch leaves
+# `_handle_attention_backend_compatibility` rejecting sm120 where it admits sm100 (the patch
+# needs a site there); for sm121 the fp8 narrowing is judged to change sm120's behaviour on
+# 0.5.10/0.5.15 (its capability test under `torch.cuda.is_available()`: wrong), and from
+# 0.5.20 it reads a FlashInfer API (`is_backend_supported(..., get_device_sm())`) the
+# evaluator cannot decide (unverified).
+REFUSED = {("sm120", "0.5.10"): "incomplete", ("sm121", "0.5.10"): "wrong", ("sm121", "0.5.15"): "wrong",
+           ("sm121", "0.5.20"): "unverified", ("sm121", "0.5.23"): "unverified"}
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize("arch", ARCHES)
 def test_series_on_real_wheels(arch, version):
@@ -60,6 +71,12 @@ def test_series_on_real_wheels(arch, version):
     from forgepatch.patching.trees import OverlayTree
 
     base, res = run(arch, version)
+    if (arch, version) in REFUSED:
+        # refused honestly: exit 1, the finding named, nothing written
+        assert res.drift and REFUSED[arch, version] in {loc.status.value for p in res.patches for s in p.sites
+                                                        for loc in s.locations}, res.to_json()
+        pytest.xfail(f"the evaluation refuses the example series here ({REFUSED[arch, version]}); "
+                     "the example patches need the fix named above")
     assert not res.drift and res.verified, res.to_json()
     expected = (GOLDEN / f"{arch}-{version}.diff").read_text()
     assert unified(base, res.changed) == expected
