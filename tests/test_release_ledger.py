@@ -138,10 +138,27 @@ def test_no_results_file_is_bad_input(project):
     one_line_error(cli("release", "--repo", "repo", cwd=project), "--results: give the smoke results file(s)")
 
 
-@pytest.mark.parametrize("command", [["status"], ["status", "--markdown"], ["verify", "forgepatch/p23/sm120", "--repo", "repo"]])
+@pytest.mark.parametrize("command", [["verify", "forgepatch/p23/sm120", "--repo", "repo"]])
 def test_no_ledger_is_bad_input(project, command):
     (project / "releases" / "ledger.json").unlink()
     one_line_error(cli(*command, cwd=project), "no release ledger")
+    assert not (project / "releases" / "ledger.json").exists()
+
+
+@pytest.mark.parametrize("extra", [[], ["--markdown"]])
+def test_status_without_a_ledger_is_an_empty_state_unless_release_tags_exist(project, extra):
+    """Before the first release `status` is an empty table, exit 0 (issue 26: an empty state
+    is not bad input); with the fork repo given, a release tag the (missing) ledger lacks is
+    tamper evidence: LEDGER CHAIN BROKEN, exit 1."""
+    (project / "releases" / "ledger.json").unlink()
+    empty = cli("status", *extra, cwd=project)
+    assert empty.returncode == 0, empty.stderr
+    assert "Traceback" not in empty.stderr
+    tags = cli("status", *extra, "--repo", "repo", cwd=project)
+    if subprocess.run(["git", "-C", str(project / "repo"), "tag", "-l", "forgepatch/*"], capture_output=True,
+                      text=True).stdout.strip():
+        assert tags.returncode == 1, (tags.stdout, tags.stderr)
+        assert "LEDGER CHAIN BROKEN" in tags.stdout + tags.stderr
     assert not (project / "releases" / "ledger.json").exists()
 
 
