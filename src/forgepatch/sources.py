@@ -227,6 +227,14 @@ def pin_name(src: str, matrix=None) -> str | None:
     return src if src in getattr(matrix, "pins", {}) else None
 
 
+def pin_source(pin: str, matrix) -> str:
+    """``--pin NAME`` as a SRC: the pin's name, so that ``resolve_source`` checks the wheel in
+    use against what the pin records, unless a path of that name would shadow it (then the
+    pin's own source string). BadInput for an unknown pin (``matrix.pin``)."""
+    source = matrix.pin(pin)[1].source
+    return source if os.path.lexists(pin) else pin
+
+
 def source_spec(src: str | None, matrix=None) -> str:
     """The SRC string ``src`` stands for: None is the default pin, a pin name is its source."""
     if src is None:

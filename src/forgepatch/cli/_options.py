@@ -80,9 +80,6 @@ def source_or_pin(source: Optional[str], pin: Optional[str], matrix: Any) -> Opt
         return source
     if source is not None:
         raise BadInput("--pin and --source are exclusive: --pin NAME means the pin's source")
-    import os
+    from forgepatch.sources import pin_source
 
-    source = matrix.pin(pin)[1].source
-    # the pin's name (resolve_source checks the wheel against the pin), unless a path of
-    # that name would shadow it
-    return source if os.path.lexists(pin) else pin
+    return pin_source(pin, matrix)

@@ -123,7 +123,9 @@ def series_sources(arch: str, sources: list[str] | None, pin: str | None, matrix
         return list(sources)
     if matrix is None:
         return [None]
-    base = None if pin is None else matrix.pin(pin)[1].source  # (what --pin means everywhere)
+    from forgepatch.sources import pin_source
+
+    base = None if pin is None else pin_source(pin, matrix)  # (what --pin means everywhere)
     from forgepatch.packages import get
     from forgepatch.patching.series import load_series, packages_of
 
