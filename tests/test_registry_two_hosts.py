@@ -55,7 +55,7 @@ def test_build_host_pushes_gpu_host_pulls_by_digest(world, registry, second_engi
     registry_ref = digest.partition("@")[0]
 
     # the patch files change on the GPU host: the image's patchset no longer matches
-    patch_file = next(world.patches.glob("sm120-flashinfer-allreduce-fusion*"))
+    patch_file = next(world.patches.glob("sm120-flashinfer-allreduce-fusion.toml"))
     original = patch_file.read_text()
     patch_file.write_text(original + "\n# changed on the GPU host\n")
     try:
