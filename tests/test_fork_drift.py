@@ -61,7 +61,11 @@ def test_drift_matches_apply_on_every_release(nightlies_repo, config, cache_root
         assert [p["patch"] for p in rev["patches"]] == [p["patch"] for p in applied["patches"]]
         for mine, theirs in zip(rev["patches"], applied["patches"]):
             assert mine["status"] == theirs["status"], (version, mine, theirs)
-            assert sites_of(mine) == sites_of(theirs), version
+            # a status-only scan has no patched text for the per-arch evaluation, so the gates
+            # that evaluation alone judges (the declared `ignored` exceptions) are apply's only
+            extra = [s for s in sites_of(theirs) if s not in sites_of(mine)]
+            assert [s for s in sites_of(mine) if s not in sites_of(theirs)] == [], version
+            assert all(s[0] == "self-check" and s[1] == "ignored" for s in extra), (version, extra)
     assert report["drift"] is False
     assert report["health"][0]["first_drift"] is None and report["health"][0]["retire"] is False
 

@@ -59,7 +59,11 @@ def test_follow_adds_the_release_as_a_pin_and_reports(tmp_path):
     assert doc["arches"][0]["patches"][0]["status"] == "applied"
     pins = tomllib.loads((repo / "matrix.toml").read_text())["pins"]
     digest = hashlib.sha256(pypi_wheel("0.5.20").read_bytes()).hexdigest()
-    assert pins["v0.5.20"] == {"pypi": "0.5.20", "sha256": digest} and pins["p23"] == {"pypi": "0.5.23"}
+    added = pins["v0.5.20"]
+    # recorded like `pin add --pypi`: the version, this host's wheel and every wheel by tag
+    assert {k: added[k] for k in ("pypi", "sha256")} == {"pypi": "0.5.20", "sha256": digest}
+    assert set(added) == {"pypi", "sha256", "wheels"} and digest in added["wheels"].values()
+    assert pins["p23"] == {"pypi": "0.5.23"}
     md = (repo / "follow.md").read_text()
     assert md.startswith("## forgepatch: pin SGLang 0.5.20 (v0.5.20): patches apply")
     assert "| sm120 | sm120-flashinfer-allreduce-fusion | applied |" in md

@@ -219,7 +219,7 @@ def pip_download(version: str, into: Path, dist: str = PACKAGE) -> Path:
     wheels = sorted(into.glob(f"{wheel_prefix(dist)}-*.whl"))
     if proc.returncode != 0 or not wheels:
         if "No matching distribution" in proc.stderr or "Could not find a version" in proc.stderr:
-            raise BadInput(f"--source: {dist}=={version} does not exist on PyPI (or cannot be reached)")
+            raise BadInput(f"--source: {dist}=={version} does not exist on PyPI")
         last = (proc.stderr.strip().splitlines() or ["no wheel downloaded"])[-1]
         raise BadInput(f"--source: cannot download {dist}=={version}: {' '.join(last.split())[:300]}")
     return wheels[0]
