@@ -75,6 +75,23 @@ class ArchEditCodemod(SiteCodemod):
     def used(ctx, test: str) -> None:
         archtest.record(ctx, ctx.state.get("archtest_pending", {}).get(test, []))
 
+    @staticmethod
+    def land(func, mapping: dict, ctx, site, symbol, what: str):
+        """Replace each node of ``mapping`` in ``func``; one that did not land is reported
+        ``incomplete`` (the self-check: never an edit claimed but not made). None: nothing to do."""
+        from forgepatch.patching.codemods.arch_gate import _Replace
+        from forgepatch.patching.model import Status
+
+        if not mapping:
+            return None
+        replacer = _Replace(mapping, {**ctx.parents, func.body: func})
+        edited = func.visit(replacer)
+        for node in mapping:
+            if node not in replacer.done:
+                ctx.report(site.name, Status.INCOMPLETE, None, symbol,
+                           f"self-check: {what} did not land in the function", line=ctx.line(node))
+        return edited
+
     def finalize_module(self, module: cst.Module, ctx) -> cst.Module:
         return archtest.provide(module, ctx)
 

@@ -17,7 +17,7 @@ import libcst as cst
 
 from forgepatch.arch import ARCHES
 from forgepatch.patching import archtest
-from forgepatch.patching.codemods.arch_gate import _Replace, gated_unit
+from forgepatch.patching.codemods.arch_gate import gated_unit
 from forgepatch.patching.codemods.base import node_names_any
 from forgepatch.patching.codemods.kinds import ArchEditCodemod, walk
 from forgepatch.patching.model import Status
@@ -115,15 +115,7 @@ class NarrowCodemod(ArchEditCodemod):
             self.used(ctx, test)
             ctx.report(site.name, Status.APPLIED, None, symbol,
                        f"narrowed {ctx.code(pred.node)}: and not {test}", line=line)
-        if not mapping:
-            return None
-        replacer = _Replace(mapping, {**ctx.parents, func.body: func})
-        edited = func.visit(replacer)
-        for node in mapping:
-            if node not in replacer.done:
-                ctx.report(site.name, Status.INCOMPLETE, None, symbol,
-                           "self-check: a narrowed check did not land in the function", line=ctx.line(node))
-        return edited
+        return self.land(func, mapping, ctx, site, symbol, "a narrowed check")
 
     @staticmethod
     def _needs_parens(node, ctx) -> bool:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import libcst as cst
 
 from forgepatch.patching import archtest
-from forgepatch.patching.codemods.arch_gate import _Replace
 from forgepatch.patching.codemods.base import node_names_any
 from forgepatch.patching.codemods.kinds import (
     ArchEditCodemod, literal_code, literal_option, name_option, statement_of, walk,
@@ -67,15 +66,7 @@ class ValueCodemod(ArchEditCodemod):
             mapping[node] = new
             self.used(ctx, test)
             ctx.report(site.name, Status.APPLIED, node, symbol, f"{new_code} when {test} (else {' '.join(current.split())[:60]})")
-        if not mapping:
-            return None
-        replacer = _Replace(mapping, {**ctx.parents, func.body: func})
-        edited = func.visit(replacer)
-        for node in mapping:
-            if node not in replacer.done:
-                ctx.report(site.name, Status.INCOMPLETE, None, symbol,
-                           "self-check: a value did not land in the function", line=ctx.line(node))
-        return edited
+        return self.land(func, mapping, ctx, site, symbol, "a value")
 
     def _places(self, func, tree, site, ctx) -> list:
         out = []
