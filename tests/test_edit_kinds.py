@@ -53,15 +53,15 @@ def test_the_series_is_ten_patches_of_every_kind():
     assert {"arch-gate", "narrow", "value", "guard"} <= set(kinds), kinds
 
 
-# What the per-arch evaluation (issue 21, merged after these goldens were made) finds in the
-# example series, and refuses with exit 1: on 0.5.10 the trtllm-mha prefill patch leaves
-# `_handle_attention_backend_compatibility` rejecting sm120 where it admits sm100 (the patch
-# needs a site there); for sm121 the fp8 narrowing is judged to change sm120's behaviour on
-# 0.5.10/0.5.15 (its capability test under `torch.cuda.is_available()`: wrong), and from
-# 0.5.20 it reads a FlashInfer API (`is_backend_supported(..., get_device_sm())`) the
-# evaluator cannot decide (unverified).
-REFUSED = {("sm120", "0.5.10"): "incomplete", ("sm121", "0.5.10"): "wrong", ("sm121", "0.5.15"): "wrong",
-           ("sm121", "0.5.20"): "unverified", ("sm121", "0.5.23"): "unverified"}
+# What the per-arch evaluation (issue 21) finds in the example series, and refuses with
+# exit 1: for sm121 from 0.5.20 the fp8 narrowing's file reads a FlashInfer API
+# (`is_backend_supported(..., get_device_sm())`) the evaluator cannot decide (unverified; a
+# gate in a file the patch edits cannot be declared away). Judged as before and since passing,
+# each against its golden: sm120 on 0.5.10 (the prefill check is the patch's own site; the
+# other trtllm_mha gates of `_handle_attention_backend_compatibility` are other backends'
+# checks), sm121 on 0.5.10/0.5.15 (the capability test under `torch.cuda.is_available()`
+# adds an atom that changes no arch's value: one function, one text).
+REFUSED = {("sm121", "0.5.20"): "unverified", ("sm121", "0.5.23"): "unverified"}
 
 
 @pytest.mark.parametrize("version", VERSIONS)

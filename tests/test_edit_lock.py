@@ -43,7 +43,7 @@ lone = true
 
 # Meant for one model's default attention backend; in `_handle_model_specific_adjustments`
 # every model has its own `if is_sm100_supported():` that sets "trtllm_mha".
-TRTLLM_MHA = '''id = "user-trtllm-mha"
+TRTLLM_MHA_DEFAULT_ONLY = '''id = "user-trtllm-mha"
 summary = "Default to trtllm_mha on sm120 like on sm100"
 arches = ["sm120"]
 
@@ -53,6 +53,22 @@ functions = ["_handle_model_specific_adjustments"]
 modules = ["srt/server_args.py"]
 markers = ["trtllm_mha"]
 lone = true
+'''
+
+# ... and as the maintainer writes it once `apply` has said the default alone is incomplete:
+# the prefill check in `_handle_attention_backend_compatibility` raises on any arch but
+# sm100 when the prefill backend is trtllm_mha, so the default alone makes sm120 fail at start.
+TRTLLM_MHA = TRTLLM_MHA_DEFAULT_ONLY + '''
+[[sites]]
+name = "prefill-check"
+functions = ["_handle_attention_backend_compatibility"]
+modules = ["srt/server_args.py"]
+markers = ["TRTLLM MHA backend for prefill"]
+lone = true
+
+[[ignore]]
+function = "_get_default_attn_backend"
+reason = "the generic default stays as upstream has it: this patch is for the models that pick trtllm_mha on sm100"
 '''
 
 
@@ -67,7 +83,6 @@ def _lock(project: Path, pid: str) -> dict:
     return tomllib.loads((project / "patches" / f"{pid}.lock").read_text())
 
 
-@pytest.mark.xfail(strict=True, reason='the closed-world verifier (issue 21 items 1-2, merged after this test was written) refuses this careless user patch before its lock: its broad marker makes every gate naming it anywhere in the tree a feature gate, several of which it cannot decide (unverified) or which still reject sm120 (incomplete), so `patch lock` exits 1 and the review path is not reached; exit 1 either way, never 0. test_review_on_a_release_whose_edit_set_moved covers review on real wheels meanwhile')
 def test_marker_matching_a_neighbouring_gate_on_a_later_release_is_review(tmp_path):
     project = _project(tmp_path, "user-ar-auto", AR_AUTO)
     locked = forgepatch("patch", "lock", "--arch", "sm120", "--source", "pypi:0.5.22", cwd=project)
@@ -107,7 +122,6 @@ def test_marker_matching_a_neighbouring_gate_on_a_later_release_is_review(tmp_pa
     assert forgepatch("apply", "--arch", "sm120", "--source", "pypi:0.5.23", "--diff", cwd=project).rc == 0
 
 
-@pytest.mark.xfail(strict=True, reason='the closed-world verifier (issue 21 items 1-2, merged after this test was written) refuses this careless user patch before its lock: its broad marker makes every gate naming it anywhere in the tree a feature gate, several of which it cannot decide (unverified) or which still reject sm120 (incomplete), so `patch lock` exits 1 and the review path is not reached; exit 1 either way, never 0. test_review_on_a_release_whose_edit_set_moved covers review on real wheels meanwhile')
 def test_one_sm100_gate_per_model_each_in_the_lock_and_a_new_models_gate_is_review(tmp_path):
     project = _project(tmp_path, "user-trtllm-mha", TRTLLM_MHA)
     assert forgepatch("patch", "lock", "--arch", "sm120", "--source", "pypi:0.5.12", cwd=project).rc == 0
@@ -131,7 +145,25 @@ def test_one_sm100_gate_per_model_each_in_the_lock_and_a_new_models_gate_is_revi
     assert new[0]["file"] == "srt/server_args.py" and new[0]["line"]
 
 
-@pytest.mark.xfail(strict=True, reason='the closed-world verifier (issue 21 items 1-2, merged after this test was written) refuses this careless user patch before its lock: its broad marker makes every gate naming it anywhere in the tree a feature gate, several of which it cannot decide (unverified) or which still reject sm120 (incomplete), so `patch lock` exits 1 and the review path is not reached; exit 1 either way, never 0. test_review_on_a_release_whose_edit_set_moved covers review on real wheels meanwhile')
+def test_the_default_without_the_prefill_check_is_incomplete_naming_the_check(tmp_path):
+    """By evaluation: the marker's own gates are widened, but the check that raises for a
+    trtllm_mha prefill on anything but sm100 still rejects sm120: exit 1, nothing locked."""
+    project = _project(tmp_path, "user-trtllm-mha", TRTLLM_MHA_DEFAULT_ONLY)
+    run = forgepatch("apply", "--arch", "sm120", "--source", "pypi:0.5.12", "--check", "--json", cwd=project)
+    assert run.rc == 1
+    (patch,) = run.json()["patches"]
+    assert patch["status"] == "incomplete"
+    site = next(s for s in patch["sites"] if s["site"] == "self-check")
+    bad = {loc["symbol"]: loc for loc in site["locations"] if loc["status"] == "incomplete"}
+    # the check that raises, and the generic default (which the complete patch declares)
+    assert set(bad) == {"ServerArgs._handle_attention_backend_compatibility", "ServerArgs._get_default_attn_backend"}
+    check = bad["ServerArgs._handle_attention_backend_compatibility"]
+    assert check["file"] == "srt/server_args.py" and "trtllm_mha" in check["gate"] and "is_sm100_supported" in check["gate"]
+    assert "admit sm120 as sm100" in check["detail"]
+    locked = forgepatch("patch", "lock", "--arch", "sm120", "--source", "pypi:0.5.12", cwd=project)
+    assert locked.rc == 1 and not (project / "patches" / "user-trtllm-mha.lock").exists()
+
+
 def test_a_status_scan_judges_the_same_edits_as_apply(tmp_path):
     """drift runs status-only (a blob cache): it must say `review` where apply does."""
     from forgepatch.config import load_matrix
@@ -151,7 +183,6 @@ def test_a_status_scan_judges_the_same_edits_as_apply(tmp_path):
     assert full.drift and scan.drift
 
 
-@pytest.mark.xfail(strict=True, reason='the closed-world verifier (issue 21 items 1-2, merged after this test was written) refuses this careless user patch before its lock: its broad marker makes every gate naming it anywhere in the tree a feature gate, several of which it cannot decide (unverified) or which still reject sm120 (incomplete), so `patch lock` exits 1 and the review path is not reached; exit 1 either way, never 0. test_review_on_a_release_whose_edit_set_moved covers review on real wheels meanwhile')
 def test_a_broken_lock_is_bad_input_naming_the_file(tmp_path):
     project = _project(tmp_path, "user-ar-auto", AR_AUTO)
     assert forgepatch("patch", "lock", "--arch", "sm120", "--source", "pypi:0.5.22", cwd=project).rc == 0
@@ -210,7 +241,6 @@ def test_shipped_series_passes_its_lock_on_the_newest_release(arch, tmp_path):
     assert all(p["edit_set"] for p in doc["patches"])
 
 
-@pytest.mark.xfail(strict=True, reason='the closed-world verifier (issue 21 items 1-2, merged after this test was written) refuses this careless user patch before its lock: its broad marker makes every gate naming it anywhere in the tree a feature gate, several of which it cannot decide (unverified) or which still reject sm120 (incomplete), so `patch lock` exits 1 and the review path is not reached; exit 1 either way, never 0. test_review_on_a_release_whose_edit_set_moved covers review on real wheels meanwhile')
 def test_drift_shows_review_and_the_edit_set_change_across_pins(tmp_path, nightlies_repo):
     """`drift` over a git history of releases judges the lock like apply, and says where the
     patch's edit set changed: here the MiMo gate the marker starts to match in 0.5.23."""

@@ -413,6 +413,8 @@ def test_fuzzed_huge_and_odd_integers(world, tmp_path):
 
 
 # -- hostile custom patches (issue 28 item 3): never exit 0, never a hang -------------------------
+VICTIM = "/tmp/forgepatch-hostile-victim"  # a file and a tree outside the run: a patch must leave them
+VICTIM_DIR = "/tmp/forgepatch-hostile-dir"
 HOSTILE_BODIES = {
     "os._exit at import": "import os\nos._exit(0)\n",
     "SIGSEGV at import": "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n",
@@ -423,6 +425,23 @@ HOSTILE_BODIES = {
     "regex loop in edit_function": PY_PATCH_DICT + "class Codemod(SiteCodemod):\n    def edit_function(self, func, site, symbol, ctx):\n        import re\n        re.match(r'(a+)+$', 'a' * 64 + 'b')\n",
     "os._exit in __init__": PY_PATCH_DICT + "class Codemod(SiteCodemod):\n    def __init__(self, patch):\n        import os\n        os._exit(0)\n    def edit_function(self, func, site, symbol, ctx):\n        return None\n",
     "writes a file in edit_function": PY_PATCH_DICT + "class Codemod(SiteCodemod):\n    def edit_function(self, func, site, symbol, ctx):\n        open(ctx.state.setdefault('p', '/tmp/forgepatch-hostile-write'), 'w').write('owned')\n        return None\n",
+    # what changes files without writing data (RLIMIT_FSIZE alone lets all of these through)
+    "deletes a file at import": f"import os\nos.remove({VICTIM!r})\n",
+    "removes a tree at import": f"import shutil\nshutil.rmtree({VICTIM_DIR!r})\n",
+    "truncates a file at import": f"open({VICTIM!r}, 'w').close()\n",
+    "runs rm at import": f"import os\nos.system('rm -f {VICTIM}')\n",
+    "renames a file in edit_function": PY_PATCH_DICT + "class Codemod(SiteCodemod):\n    def edit_function(self, func, site, symbol, ctx):\n        import os\n"
+                                       f"        os.rename({VICTIM!r}, {VICTIM!r} + '.x')\n        return None\n",
+    "runs rm in edit_function": PY_PATCH_DICT + "class Codemod(SiteCodemod):\n    def edit_function(self, func, site, symbol, ctx):\n        import subprocess\n"
+                                f"        subprocess.run(['rm', '-rf', {VICTIM!r}, {VICTIM_DIR!r}])\n        return None\n",
+    "chmods a file in finalize_module": PY_PATCH_DICT + "class Codemod(SiteCodemod):\n    def edit_function(self, func, site, symbol, ctx):\n        return None\n"
+                                        "    def finalize_module(self, module, ctx):\n        import os\n"
+                                        f"        os.chmod({VICTIM!r}, 0)\n        return module\n",
+    # a patch that sees the refusal at import, imports cleanly, and tries again in its edit
+    "catches the refusal at import, deletes in edit_function": (
+        f"import os\ntry:\n    os.remove({VICTIM!r})\nexcept OSError:\n    pass\n\n" + PY_PATCH_DICT
+        + "class Codemod(SiteCodemod):\n    def edit_function(self, func, site, symbol, ctx):\n        import os\n"
+        f"        os.remove({VICTIM!r})\n        return None\n"),
 }
 
 
@@ -438,6 +457,12 @@ def test_hostile_custom_patches_are_one_line_exit_2(world, tmp_path, monkeypatch
     (pdir / "tiny-gate.py").write_text(PY_HEAD + HOSTILE_BODIES[name])
     target = Path("/tmp/forgepatch-hostile-write")
     target.unlink(missing_ok=True)
+    victim, victim_dir = Path(VICTIM), Path(VICTIM_DIR)
+    shutil.rmtree(victim_dir, ignore_errors=True)
+    victim_dir.mkdir()
+    (victim_dir / "kept").write_text("kept")
+    victim.write_text("kept")
+    victim.chmod(0o644)
     for args in (["apply", "--arch", "sm120", "--source", src, "--check"],
                  ["apply", "--arch", "sm120", "--source", src, "--out", tmp_path / "out"]):
         start = time.monotonic()
@@ -450,4 +475,6 @@ def test_hostile_custom_patches_are_one_line_exit_2(world, tmp_path, monkeypatch
         else:
             assert res.rc == 2 and "tiny-gate.py" in line, (name, line)
     assert not (tmp_path / "out").exists()
-    assert not target.exists() or target.read_text() == "", "the patch wrote a file outside its result"
+    assert not target.exists(), "the patch created a file outside its result"
+    assert victim.read_text() == "kept" and victim.stat().st_mode & 0o777 == 0o644, "the patch changed a file"
+    assert (victim_dir / "kept").read_text() == "kept", "the patch removed a tree"

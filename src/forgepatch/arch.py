@@ -57,6 +57,10 @@ ARCHES: dict[str, Arch] = {
     )
 }
 
+# The predicate families that upstream's gates admit and that a new arch's test is added
+# next to (sm120: `is_sm90 or is_sm100` gains `is_sm120`), in the order a reference arch is
+# tried: the patch's target must be admitted as ONE of them is.
+SIBLING_FAMILIES: tuple[str, ...] = ("sm100", "sm90")
 
 
 def get_arch(name: str) -> Arch:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal, Mapping, Protocol
+from typing import Any, ClassVar, Literal, Mapping, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -76,14 +76,16 @@ class PackageConfig(_Strict):
         return None if v is None else _check(srcspec.check_repo, v, "repo")
 
 
-class PackagePin(_Strict):
-    """``[pins.NAME.packages.PKG]``: the version (or git revision) of another package that
-    goes with the pin, recorded like the pin itself (wheel sha256 / full SHA)."""
+class _SourcePin(_Strict):
+    """Where a pinned package comes from: a release on PyPI (with its wheel digest once
+    resolved) or a git revision (full SHA once resolved) of a repository."""
 
-    pypi: str | None = None
-    rev: str | None = None
-    repo: str | None = None
-    sha256: str | None = None
+    KIND: ClassVar[str] = "a pin"
+
+    pypi: str | None = None  # a release version on PyPI
+    rev: str | None = None  # a git revision (full SHA once resolved)
+    repo: str | None = None  # git repo for rev pins (default: the fork's own repo)
+    sha256: str | None = None  # resolved wheel digest for pypi pins
 
     @field_validator("pypi")
     @classmethod
@@ -108,12 +110,19 @@ class PackagePin(_Strict):
         return v
 
     @model_validator(mode="after")
-    def _one_source(self) -> "PackagePin":
+    def _one_source(self):
         if (self.pypi is None) == (self.rev is None):
-            raise ValueError("a package pin needs exactly one of 'pypi' or 'rev'")
+            raise ValueError(f"{self.KIND} needs exactly one of 'pypi' or 'rev'")
         if self.repo is not None and self.rev is None:
             raise ValueError("'repo' only applies to a 'rev' pin")
         return self
+
+
+class PackagePin(_SourcePin):
+    """``[pins.NAME.packages.PKG]``: the version (or git revision) of another package that
+    goes with the pin, recorded like the pin itself (wheel sha256 / full SHA)."""
+
+    KIND: ClassVar[str] = "a package pin"
 
     def source(self, dist: str, repo: str | None = None) -> str:
         """The package pin as a SRC string (``pypi:flashinfer-python==0.7.2``)."""
@@ -122,42 +131,16 @@ class PackagePin(_Strict):
         return f"git:{self.repo or repo or '.'}@{self.rev}"
 
 
-class Pin(_Strict):
-    pypi: str | None = None  # a release version on PyPI
-    rev: str | None = None  # a git revision (full SHA once resolved)
-    repo: str | None = None  # git repo for rev pins (default: the fork's own repo)
-    sha256: str | None = None  # resolved wheel digest for pypi pins
+class Pin(_SourcePin):
     wheels: dict[str, str] = Field(default_factory=dict)  # pypi pins: wheel tag -> sha256 (wheels)
     version: str | None = None  # upstream version of a rev pin, if known
     markers: dict[str, str] = Field(default_factory=dict)  # log-marker overrides for smoke
     packages: dict[str, PackagePin] = Field(default_factory=dict)  # other packages' versions
 
-    @field_validator("pypi")
-    @classmethod
-    def _pypi(cls, v: str | None) -> str | None:
-        return None if v is None else _check(srcspec.check_version, v, "pypi")
-
     @field_validator("version")
     @classmethod
     def _version(cls, v: str | None) -> str | None:
         return None if v is None else _check(srcspec.check_text, v, "version")
-
-    @field_validator("rev")
-    @classmethod
-    def _rev(cls, v: str | None) -> str | None:
-        return None if v is None else _check(srcspec.check_rev, v, "rev")
-
-    @field_validator("repo")
-    @classmethod
-    def _repo(cls, v: str | None) -> str | None:
-        return None if v is None else _check(srcspec.check_repo, v, "repo")
-
-    @field_validator("sha256")
-    @classmethod
-    def _sha(cls, v: str | None) -> str | None:
-        if v is not None and not re.fullmatch(r"[0-9a-f]{64}", v):
-            raise ValueError(f"{v[:70]!r} is not a sha256 (64 lower-case hex digits)")
-        return v
 
     @field_validator("wheels")
     @classmethod
@@ -168,14 +151,6 @@ class Pin(_Strict):
             if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
                 raise ValueError(f"wheels.{tag}: {str(digest)[:70]!r} is not a sha256 (64 lower-case hex digits)")
         return v
-
-    @model_validator(mode="after")
-    def _one_source(self) -> "Pin":
-        if (self.pypi is None) == (self.rev is None):
-            raise ValueError("a pin needs exactly one of 'pypi' or 'rev'")
-        if self.repo is not None and self.rev is None:
-            raise ValueError("'repo' only applies to a 'rev' pin")
-        return self
 
     @property
     def source(self) -> str:

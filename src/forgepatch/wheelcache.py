@@ -16,8 +16,6 @@ holder of the lock.
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import hashlib
 import os
 import re
@@ -61,21 +59,12 @@ def artifact_lock(lock_path: Path, what: str) -> Iterator[None]:
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        deadline, told = time.monotonic() + _wait_s(), False
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                    raise
-            if time.monotonic() >= deadline:
-                raise Failure(f"{lock_path}: another forgepatch run is still making {what}; gave up waiting "
-                              f"(FORGEPATCH_LOCK_TIMEOUT); try again when it has finished")
-            if not told:
-                _say(f"waiting for another forgepatch run making {what}")
-                told = True
-            time.sleep(0.1)
+        from forgepatch.infra.journal import flock_waiting
+
+        flock_waiting(fd, _wait_s(), notice_after=0.0, poll=0.1,
+                      waiting=lambda: _say(f"waiting for another forgepatch run making {what}"),
+                      gave_up=lambda: Failure(f"{lock_path}: another forgepatch run is still making {what}; gave up "
+                                              "waiting (FORGEPATCH_LOCK_TIMEOUT); try again when it has finished"))
         yield
     finally:
         os.close(fd)  # closing releases the lock; the lock file stays (it is tiny and reused)

@@ -146,6 +146,9 @@ def _self_check_line(res) -> str:
         text += f"; {checks} gate(s) evaluated on every arch, no other arch changed"
     if ignored:
         text += f" ({len(ignored)} left as declared exceptions, see above)"
+    for p in res.patches:
+        for note in getattr(p, "scope", ()):
+            text += f"\n  note: {p.patch_id}: {note}"
     return text
 
 

@@ -171,9 +171,6 @@ class Index:
     def self_assignments(self, file: str, cls: str, attr: str) -> list[ast.expr]:
         return self._self.get((file, cls), {}).get(attr, [])
 
-    def self_attributes(self, file: str, cls: str) -> dict[str, list[ast.expr]]:
-        return self._self.get((file, cls), {})
-
 
 def absolute_module(rel: str, module: str, level: int) -> str:
     """The dotted module a (possibly relative) import in file ``rel`` names."""

@@ -36,7 +36,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from forgepatch import envsettings
 from forgepatch.errors import BadInput, Failure
@@ -242,6 +242,27 @@ def lock_file_for(path: Path) -> Path:
 
 
 @contextmanager
+def flock_waiting(fd: int, timeout: float, *, waiting: Callable[[], None], gave_up: Callable[[], Exception],
+                  notice_after: float = WAIT_NOTICE_AFTER, poll: float = 0.05) -> None:
+    """Take an exclusive flock on ``fd``, polling: ``waiting()`` once the wait passes
+    ``notice_after`` seconds, ``gave_up()`` raised past ``timeout``."""
+    start, told = time.monotonic(), False
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+        waited = time.monotonic() - start
+        if waited >= timeout:
+            raise gave_up()
+        if not told and waited >= notice_after:
+            told = True
+            waiting()
+        time.sleep(poll)
+
+
 def path_lock(path: Path, what: str, timeout: float | None = None) -> Iterator[None]:
     """Hold an exclusive lock on the shared file ``path`` for a read-modify-write (the
     ledger): concurrent runs wait their turn (saying so after a second), up to
@@ -260,23 +281,12 @@ def path_lock(path: Path, what: str, timeout: float | None = None) -> Iterator[N
             return "another forgepatch run"
 
     try:
-        start = time.monotonic()
-        told = False
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                    raise
-            waited = time.monotonic() - start
-            if waited >= timeout:
-                raise Failure(f"{path} is locked by {holder()}; waited {timeout:g} s "
-                              f"(FORGEPATCH_LOCK_TIMEOUT) for {what}; try again when it has finished")
-            if not told and waited >= WAIT_NOTICE_AFTER:
-                told = True
-                notify(f"{path} is locked by {holder()}; waiting up to {timeout:g} s (FORGEPATCH_LOCK_TIMEOUT) for {what}")
-            time.sleep(0.05)
+        flock_waiting(
+            fd, timeout,
+            waiting=lambda: notify(f"{path} is locked by {holder()}; waiting up to {timeout:g} s "
+                                   f"(FORGEPATCH_LOCK_TIMEOUT) for {what}"),
+            gave_up=lambda: Failure(f"{path} is locked by {holder()}; waited {timeout:g} s "
+                                    f"(FORGEPATCH_LOCK_TIMEOUT) for {what}; try again when it has finished"))
         try:
             os.ftruncate(fd, 0)
             os.write(fd, f"pid {os.getpid()} ({what})\n".encode())

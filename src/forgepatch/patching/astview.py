@@ -12,16 +12,17 @@ import re
 from functools import lru_cache
 from typing import Iterable
 
+from forgepatch.arch import SIBLING_FAMILIES as SIBLINGS  # the families a new arch is added next to
 from forgepatch.patching.markers import Matcher
 
-SIBLINGS = ("sm100", "sm90")  # the families a new arch is added next to (codemods.arch_gate)
 SIBLING_NEEDLES = tuple(f"is_{f}" for f in SIBLINGS)
 _SIBLING_TEXT = re.compile("|".join(SIBLING_NEEDLES))
 
 
-def _code_tokens(nodes: Iterable[ast.AST]):
+def _code_tokens(nodes: Iterable[ast.AST], keywords: bool = True):
     """("name", identifier) and ("string", value) for the code under ``nodes``, skipping
-    documentation (a string that stands alone as a statement): what ``markers`` calls code."""
+    documentation (a string that stands alone as a statement): what ``markers`` calls code.
+    ``keywords``: a call's keyword names too (another function's parameters, not reads)."""
     stack = list(nodes)
     while stack:
         node = stack.pop()
@@ -38,7 +39,7 @@ def _code_tokens(nodes: Iterable[ast.AST]):
             yield "name", node.name
         elif isinstance(node, ast.arg):
             yield "name", node.arg
-        elif isinstance(node, ast.keyword) and node.arg:
+        elif keywords and isinstance(node, ast.keyword) and node.arg:
             yield "name", node.arg
         elif isinstance(node, ast.alias):
             for part in {*(node.asname or node.name).split("."), *node.name.split(".")}:
@@ -46,9 +47,9 @@ def _code_tokens(nodes: Iterable[ast.AST]):
         stack.extend(ast.iter_child_nodes(node))
 
 
-def names_marker(nodes: Iterable[ast.AST], match: Matcher) -> bool:
+def names_marker(nodes: Iterable[ast.AST], match: Matcher, keywords: bool = True) -> bool:
     """Does the code under ``nodes`` name a marker? (stops at the first one)"""
-    for kind, value in _code_tokens(nodes):
+    for kind, value in _code_tokens(nodes, keywords):
         if match.name(value) if kind == "name" else match.string(value):
             return True
     return False

@@ -33,6 +33,7 @@ class _Overlay:
         self.sources: dict[str, sourcetext.SourceText] = {}  # how each original file decoded
         self._paths = set(tree.paths())
         self.feature_files: dict[str, list[str]] = {}  # patch id -> files naming a marker and an arch word
+        self.scope_notes: dict[str, list[str]] = {}  # patch id -> what the evaluation left out, and why
         self.found: dict[str, dict[str, list[str]]] = {}  # patch id -> site -> functions found
 
     def read_text(self, rel: str) -> str | None:
@@ -241,6 +242,7 @@ def run_patches(tree: Tree, patches: list[Patch], arch: Arch, version: str | Non
         verify.attach_coverage(result, gaps)
         for patch, pres, before in evaluated:
             verify.attach_evaluation(patch, pres, verify.evaluate(patch, pres, before, overlay, arch, paths))
+            pres.scope = list(overlay.scope_notes.get(patch.id, ()))
         verify.changed_is_reported(result, emitted=cache is None)
         result.verified = True
     return result
@@ -282,6 +284,8 @@ def _run_patch(patch: Patch, arch: Arch, version: str | None, overlay: _Overlay,
     todo, pending, dups = [], set(), []
     feature_needles = [m.encode() for s in patch.sites for m in s.markers] if patch.covers_gates else []
     overlay.feature_files[patch.id] = feature = []
+    feature_markers = sorted({m for s in patch.sites for m in s.markers}) if patch.covers_gates else []
+    feature_hits: list[tuple[str, list[str]]] = []
     for rel in paths:
         key = None if rel in overlay.texts or cache is None else overlay.tree.key(rel)
         ckey = f"{key}:{scope}" if key else None
@@ -299,7 +303,7 @@ def _run_patch(patch: Patch, arch: Arch, version: str | None, overlay: _Overlay,
     for rel, ckey in todo:
         data = overlay.read_bytes(rel)
         if feature_needles and evaluation.feature_file(data, feature_needles):
-            feature.append(rel)
+            feature_hits.append((rel, [m for m in feature_markers if m.encode() in data]))
         # a site's own module holding its function is read even without the markers: a
         # marker renamed there is drift, not "absent"
         hits = [s for s in live if in_site_modules(rel, s) and (is_candidate(data, s) or (
@@ -309,6 +313,8 @@ def _run_patch(patch: Patch, arch: Arch, version: str | None, overlay: _Overlay,
             files[rel] = hits
         elif ckey:
             cache[ckey] = {"f": [], "s": {}}
+    feature += evaluation.feature_scope(feature_hits, lambda rel: any(
+        s.modules and hinted(rel, s) for s in patch.sites), overlay.scope_notes.setdefault(patch.id, []))
     for rel, sites in files.items():
         text = overlay.read_text(rel)
         new_text, fnd, fsyms = text, [], {}

@@ -37,19 +37,18 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from forgepatch.arch import ARCHES, Arch
+from forgepatch.arch import ARCHES, SIBLING_FAMILIES as SIBLINGS, Arch
 from forgepatch.gates.bindings import Locals
 from forgepatch.gates.evaluate import Evaluator, Scope
 from forgepatch.gates.index import Index, absolute_module, module_files
 from forgepatch.gates.scan import Block, SourceFile, parse_file
-from forgepatch.gates.values import UNKNOWN, VERSION, Cap, Func, Partial, plain, truth
+from forgepatch.gates.values import UNKNOWN, VERSION, Func, Partial, plain, truth
 from forgepatch.patching.markers import Matcher
 
 # words that name an arch fact: what the closed world is about
 ARCH_WORDS = re.compile(r"\bis_sm\d+\w*|\b_is_sm\d+\w*|get_device_capability|get_device_sm\b|device_capability"
                         r"|is_blackwell\w*|is_hopper\w*|compute_capability|get_cuda_arch")
 ARCH_BYTES = (b"is_sm", b"capabilit", b"get_device_sm", b"blackwell", b"hopper", b"get_cuda_arch")
-SIBLINGS = ("sm100", "sm90")
 MAX_ATOMS = 6  # free atoms enumerated per gate (2**6 rows); more: three-valued truth only
 OK, UNVERIFIED, WRONG, INCOMPLETE = "ok", "unverified", "wrong", "incomplete"
 
@@ -68,6 +67,7 @@ class GateCheck:
     before: dict[str, str] | None  # arch -> value (None: the gate is new)
     after: dict[str, str] = field(default_factory=dict)
     feature: bool = False  # a gate of the feature proper (held to admitting the arch)
+    edited: bool = False  # the patch changed this gate (or its file): no rule may excuse it
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -107,14 +107,16 @@ def _functions(tree: ast.Module):
     return out
 
 
-def _code_names(node: ast.AST) -> set[str]:
+def _code_names(node: ast.AST, keywords: bool = True) -> set[str]:
+    """The names a piece of code reads; ``keywords``: a call's keyword names too (the
+    parameter names of another function: a site's own idiom, not a read elsewhere)."""
     out = set()
     for n in ast.walk(node):
         if isinstance(n, ast.Name):
             out.add(n.id)
         elif isinstance(n, ast.Attribute):
             out.add(n.attr)
-        elif isinstance(n, ast.keyword) and n.arg:
+        elif keywords and isinstance(n, ast.keyword) and n.arg:
             out.add(n.arg)
         elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
             out.add(n.name)
@@ -127,15 +129,39 @@ def _strings(node: ast.AST) -> list[str]:
             and id(n) not in docs]
 
 
-def _names_marker(nodes: Iterable[ast.AST], match: Matcher, lines: list[str] | None = None) -> bool:
+def _names_marker(nodes: Iterable[ast.AST], match: Matcher, lines: list[str] | None = None,
+                  keywords: bool = True) -> bool:
     for node in nodes:
         if lines is not None and hasattr(node, "end_lineno"):
             first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", ())])
             segment = "".join(lines[first - 1: node.end_lineno])
             if not any(m in segment for m in match.words) and not any(p in segment for p in match._phrases):
                 continue  # no marker in its text: none in its code
-        if match.words & _code_names(node) or any(match.string(s) for s in _strings(node)):
+        if match.words & _code_names(node, keywords) or any(match.string(s) for s in _strings(node)):
             return True
+    return False
+
+
+def _test_module(rel: str) -> bool:
+    """A test of the package (shipped in the wheel, imported by no server): its gates gate
+    nothing at run time, so a marker found there does not make them the feature's."""
+    parts = rel.split("/")
+    name = parts[-1]
+    return any(p in ("test", "tests") for p in parts[:-1]) or name.startswith("test_") \
+        or name.endswith("_test.py") or name == "conftest.py"
+
+
+def _exits(body: list[ast.stmt]) -> bool:
+    """Does a branch leave the function without a value of its own: ``raise``, a bare
+    ``return`` or a constant one (None/False/True/0): a gatekeeper, not a dispatch that
+    returns what the arch selects (``return "flashinfer"``)."""
+    for s in body:
+        if isinstance(s, ast.Raise):
+            return True
+        if isinstance(s, ast.Return):
+            v = s.value
+            return v is None or (isinstance(v, ast.Constant) and not isinstance(v.value, str)) \
+                or (isinstance(v, ast.Constant) and v.value == "")
     return False
 
 
@@ -169,29 +195,70 @@ def _roots(func, rel: str, qual: str, cls: str | None, arch_expr: Callable[[ast.
         if marker_reads is None:
             marker_reads = set()
             for sub in ast.walk(func):
-                if isinstance(sub, _SIMPLE) and _names_marker([sub], match):
-                    marker_reads |= {n.id for n in ast.walk(sub) if isinstance(n, ast.Name)}
+                if isinstance(sub, _SIMPLE) and _names_marker([sub], match, keywords=kw):
+                    marker_reads |= {n.id for n in ast.walk(sub) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
         assigned = {t.id for part in (stmt.body, stmt.orelse) for s in part for sub in ast.walk(s)
                     if isinstance(sub, (ast.Assign, ast.AnnAssign, ast.AugAssign))
                     for t in (sub.targets if isinstance(sub, ast.Assign) else [sub.target]) if isinstance(t, ast.Name)}
         return bool(assigned & marker_reads)
 
+    # outside the patch's own sites a gate is the feature's by what it reads, not by the
+    # keyword names of a call it makes (`f(tp_size=...)` names another function's parameter)
+    kw = site
+
+    parents: dict[int, ast.AST] = {}
+    for outer in ast.walk(func):
+        if isinstance(outer, (ast.If, ast.While, ast.For, ast.AsyncFor, ast.With, ast.AsyncWith, ast.Try)):
+            for part in ("body", "orelse", "finalbody"):
+                for child in getattr(outer, part, ()):
+                    parents[id(child)] = outer
+            for handler in getattr(outer, "handlers", ()):
+                for child in handler.body:
+                    parents[id(child)] = outer
+
+    def on_path(stmt) -> bool:
+        """Is ``stmt`` reached on the feature's path: every ``if`` around it tests a marker
+        or the arch alone (an exit inside `if backend == "cutedsl_mla":` is that backend's)?"""
+        up = parents.get(id(stmt))
+        while up is not None:
+            if isinstance(up, (ast.If, ast.While)) and not (
+                    _names_marker([up.test], match, keywords=kw) or _pure(up.test, arch_expr)):
+                return False
+            up = parents.get(id(up))
+        return True
+
     def unit_names(stmt, test) -> bool:
         if match is None:
             return site
         if isinstance(stmt, (ast.If, ast.While)):
-            if stmt.test is test and any(isinstance(s, (ast.Return, ast.Raise)) for s in stmt.body) \
-                    and _pure(test, arch_expr):
+            exits = any(isinstance(s, (ast.Return, ast.Raise)) for s in stmt.body) if site else _exits(stmt.body)
+            if stmt.test is test and exits and _pure(test, arch_expr) and on_path(stmt):
                 return True  # an early exit on the arch alone is on the feature's path
             if isinstance(stmt, ast.If) and stmt.test is test and feeds_marker(stmt):
                 return True  # `if arch: ok = True ... return ok and <marker>`
-            return _names_marker([test] + [s for s in stmt.body if isinstance(s, _SIMPLE)], match)
-        return _names_marker([stmt], match)
+            return _names_marker([test] + [s for s in stmt.body if isinstance(s, _SIMPLE)], match, keywords=kw)
+        return _names_marker([stmt], match, keywords=kw)
 
     def add(node, stmt, mode, test=None):
         if node is None or isinstance(node, ast.JoinedStr) or not arch_expr(node):
             return  # an f-string is text (a message), not a gate
         out.append(_Root(rel, qual, node.lineno, node, scope, unit_names(stmt, test if test is not None else node), mode))
+
+    def parts(node, stmt, mode):
+        """A value whose arch-dependence is its conditional expressions' tests (a dict of
+        backends with one `a if is_blackwell() else b`): those tests are the gates (exprs
+        adds them), each other arch-reading element is its own."""
+        if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+            for elt in node.elts:
+                parts(elt, stmt, mode)
+        elif isinstance(node, ast.Dict):
+            for elt in [k for k in node.keys if k is not None] + node.values:
+                parts(elt, stmt, mode)
+        elif isinstance(node, ast.IfExp):
+            parts(node.body, stmt, "value")
+            parts(node.orelse, stmt, "value")
+        else:
+            add(node, stmt, "truth" if _booleanish(node) else mode)
 
     def exprs(stmt):
         """Gates nested in a statement's expressions: conditional expressions,
@@ -220,7 +287,7 @@ def _roots(func, rel: str, qual: str, cls: str | None, arch_expr: Callable[[ast.
             continue
         if isinstance(stmt, ast.Match):
             if arch_expr(stmt.subject) or any(c.guard is not None and arch_expr(c.guard) for c in stmt.cases):
-                feature = site or (match is not None and _names_marker([stmt], match))
+                feature = site or (match is not None and _names_marker([stmt], match, keywords=kw))
                 out.append(_Root(rel, qual, stmt.subject.lineno, stmt, scope, feature, "match"))
             stack = [s for c in stmt.cases for s in c.body] + stack
             continue
@@ -251,6 +318,8 @@ def _roots(func, rel: str, qual: str, cls: str | None, arch_expr: Callable[[ast.
                     add(arg, stmt, "truth" if _booleanish(arg) else "value")
                 if arch_expr(value.func):
                     add(value, stmt, mode)
+            elif isinstance(value, (ast.List, ast.Tuple, ast.Set, ast.Dict)):
+                parts(value, stmt, mode)
             else:
                 add(value, stmt, mode)
         exprs(stmt)
@@ -558,7 +627,16 @@ def _render(names, rows, cells) -> str:
         return f"three-valued: {cells[0]}"
     true_rows = [row for row, c in zip(rows, cells) if c is True]
     unknown = [row for row, c in zip(rows, cells) if c is UNKNOWN]
-    if not unknown and all(isinstance(c, bool) for c in cells):
+    if not unknown and all(isinstance(c, bool) for c in cells) and names:
+        # only the atoms the value depends on: one function, one text (`a and not c or a
+        # and c` is `a`), so an edit that adds an atom without changing a value is not a change
+        table = dict(zip(rows, cells))
+        keep = [i for i in range(len(names))
+                if any(table[row] != table[row[:i] + (not row[i],) + row[i + 1:]] for row in rows)]
+        if len(keep) < len(names):
+            sub_rows = sorted({tuple(row[i] for i in keep) for row in rows})
+            sub = {tuple(row[i] for i in keep): c for row, c in table.items()}
+            return _render([names[i] for i in keep], sub_rows, [sub[r] for r in sub_rows])
         if not true_rows:
             return "False"
         if len(true_rows) == len(rows):
@@ -745,11 +823,11 @@ def verify_patch(before: dict[str, str], after: dict[str, str], library: Callabl
         if values is None:
             if edited or root.feature or prior is None:
                 checks.append(GateCheck(rel, line, qual, expr, UNVERIFIED, why or "cannot be evaluated",
-                                        before_values, {}, root.feature))
+                                        before_values, {}, root.feature, edited))
             continue
         if prior is not None and before_values is None and prior[2] and (root.feature or edited):
             checks.append(GateCheck(rel, line, qual, expr, UNVERIFIED, f"before the patch: {prior[2]}",
-                                    None, values, root.feature))
+                                    None, values, root.feature, edited))
             continue
         if before_values is not None:
             moved = [a for a in ARCHES if a not in family and before_values.get(a) != values.get(a)]
@@ -774,28 +852,29 @@ def verify_patch(before: dict[str, str], after: dict[str, str], library: Callabl
 
 
 def _admission(checks: list[GateCheck], arch: Arch, refs: list[str], absorbed) -> list[GateCheck]:
-    """The target must be admitted as ONE reference arch is, through all of a function's
-    gates of the feature (an ``elif`` per arch must not pass gate by gate)."""
-    groups: dict[tuple[str, str], list[int]] = {}
-    for i, c in enumerate(checks):
-        if c.feature and c.status == OK:
-            groups.setdefault((c.file, c.function), []).append(i)
+    """The target must be admitted as ONE reference arch is, through all of the feature's
+    gates together: an ``elif`` per arch must not pass gate by gate, and neither may a
+    feature whose default admits sm120 as sm100 while its check raises for it as for sm90."""
+    idx = [i for i, c in enumerate(checks) if c.feature and c.status == OK]
     out = list(checks)
-    for (rel, qual), idx in groups.items():
-        def misses(r: str) -> list[int]:
-            return [i for i in idx if out[i].after.get(arch.name) != out[i].after.get(r)]
-        best = min(refs, key=lambda r: (len(misses(r)), refs.index(r)))
-        bad = misses(best)
-        if not bad:
-            continue
-        for i in bad:
-            c = out[i]
-            others = "; ".join(f"{r}: {c.after.get(r)}" for r in refs)
-            reason = (f"does not admit {arch.name} as {best} does through {qual} "
-                      f"({arch.name}: {c.after.get(arch.name)}; {others})")
-            if (rel, qual.rsplit(".", 1)[-1]) in absorbed:
-                reason += "; the codemod says absorbed upstream"
-            out[i] = GateCheck(c.file, c.line, c.function, c.expr, INCOMPLETE, reason, c.before, c.after, c.feature)
+    if not idx:
+        return out
+
+    def misses(r: str) -> list[int]:
+        return [i for i in idx if out[i].after.get(arch.name) != out[i].after.get(r)]
+
+    best = min(refs, key=lambda r: (len(misses(r)), refs.index(r)))
+    for i in misses(best):
+        c = out[i]
+        others = "; ".join(f"{r}: {c.after.get(r)}" for r in refs)
+        reason = (f"does not admit {arch.name} as {best} does through {c.function} "
+                  f"({arch.name}: {c.after.get(arch.name)}; {others})")
+        if len(idx) > 1:
+            reason += f"; the feature's other gates admit {arch.name} as {best}"
+        if (c.file, c.function.rsplit(".", 1)[-1]) in absorbed:
+            reason += "; the codemod says absorbed upstream"
+        out[i] = GateCheck(c.file, c.line, c.function, c.expr, INCOMPLETE, reason, c.before, c.after, c.feature,
+                           c.edited)
     return out
 
 
@@ -805,6 +884,8 @@ def _file_roots(rel: str, tree: ast.Module, reads, match: Matcher | None, sites:
     by_name = {}
     for node, qual, cls in funcs:
         by_name.setdefault(node.name, []).append((node, qual, cls))
+    if _test_module(rel) and not sites:
+        match = None  # a test module holds no gate of the feature unless a site is there
     feature = set()
     for node, qual, cls in funcs:
         if node.name in sites or (rel, node.name) in absorbed or (match is not None and _names_marker([node], match, lines)):
@@ -915,6 +996,28 @@ _ARCH_RE = re.compile(b"|".join(re.escape(w) for w in ARCH_BYTES))
 @functools.lru_cache(maxsize=16)
 def _needles_re(needles: tuple[bytes, ...]) -> re.Pattern:
     return re.compile(b"|".join(re.escape(n) for n in sorted(set(needles), key=len, reverse=True)))
+
+
+# A marker found with an arch word in more files than this names no feature (`tp_size`,
+# `backend`): outside the site modules it finds gates of everything. Gates there are found
+# through the patch's distinctive markers and the site functions' calls; the run says so.
+COMMON_MARKER_FILES = 40
+
+
+def feature_scope(hits: list[tuple[str, list[str]]], in_site_module: Callable[[str], bool],
+                  notes: list[str]) -> list[str]:
+    """The feature files among ``hits`` (rel, the markers it names): a file outside the site
+    modules counts through a distinctive marker only; ``notes`` gets one line per common one."""
+    counts: dict[str, int] = {}
+    for _rel, named in hits:
+        for m in named:
+            counts[m] = counts.get(m, 0) + 1
+    common = {m for m, n in counts.items() if n > COMMON_MARKER_FILES}
+    for m in sorted(common):
+        notes.append(f"marker `{m}` is in {counts[m]} files with an arch word (more than {COMMON_MARKER_FILES}): "
+                     "too common to name the feature, so gates outside the site modules are not found "
+                     "through it; add a marker only the feature's code names to have them checked")
+    return [rel for rel, named in hits if in_site_module(rel) or any(m not in common for m in named)]
 
 
 def feature_file(data: bytes, needles: list[bytes]) -> bool:

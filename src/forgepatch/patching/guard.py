@@ -87,10 +87,15 @@ def _import_here(path: Path) -> ModuleType:
     box: dict[str, BaseException] = {}
 
     def run() -> None:
+        from forgepatch.patching.isolate import guard_thread
+
+        release = guard_thread()  # the parent runs the patch's module code read-only too
         try:
             spec.loader.exec_module(module)
         except BaseException as exc:  # noqa: BLE001 - everything the patch raises is reported
             box["error"] = exc
+        finally:
+            release()
 
     worker = threading.Thread(target=run, name=f"forgepatch-import-{path.stem}", daemon=True)
     worker.start()

@@ -4,7 +4,9 @@ memory bomb) ends the child, not forgepatch. The parent enforces the time limit 
 child (SIGKILL, not a flag the patch could ignore), caps its memory (RLIMIT_AS) and refuses it
 file writes (RLIMIT_FSIZE 0: writing data to any file fails); the child's only output is its
 result, pickled back through a pipe. Any end of the child that is not a result is one line of
-bad input naming the patch file."""
+bad input naming the patch file. In the child, and in the parent's thread that imports the
+patch, an audit hook refuses the patch's code every file change (remove, rename, chmod, a
+file opened for writing), every program start and native library load: ``guard_thread``."""
 
 from __future__ import annotations
 
@@ -19,6 +21,55 @@ from typing import Any, Callable
 
 from forgepatch.errors import BadInput, ForgepatchError, located
 
+# Audit events (PEP 578) of what changes files, starts programs or loads native code: a
+# patch's code, in its child and while the parent imports it, is refused each of them
+# (PermissionError, which the patch's result carries as its failure). This holds for code
+# that goes through Python; a patch is code the fork reviews, and this stops the careless
+# and the naively hostile one (`shutil.rmtree` at import), not an attacker with ctypes
+# already loaded by someone else.
+_REFUSED_EVENTS = frozenset({
+    "os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.truncate", "os.symlink",
+    "os.link", "os.utime", "os.chflags", "os.lchflags", "os.setxattr", "os.removexattr", "os.mkfifo", "os.mknod",
+    "shutil.rmtree", "shutil.move", "shutil.copyfile", "shutil.copymode", "shutil.copystat", "shutil.chown",
+    "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "subprocess.Popen", "pty.spawn",
+    "os.kill", "os.killpg", "signal.pthread_kill", "ctypes.dlopen", "ctypes.dlsym", "ctypes.call_function",
+    "_thread.start_new_thread", "os.startfile", "os.add_dll_directory",
+})
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+_guarded: set[int] = set()  # thread idents the audit hook holds (the hook itself cannot be removed)
+_everywhere = False  # a patch's child: every thread, for good
+_hooked = False
+
+
+def _audit(event: str, args: tuple) -> None:
+    import threading
+
+    if not _everywhere and threading.get_ident() not in _guarded:
+        return
+    if event == "_thread.start_new_thread" and _everywhere:
+        return  # a thread of the child is held as well
+    if event in _REFUSED_EVENTS:
+        raise PermissionError(f"a patch may not {event.replace('.', ' ', 1)} (forgepatch runs patch code read-only)")
+    if event == "open" and len(args) >= 3 and isinstance(args[2], int) and args[2] & _WRITE_FLAGS:
+        raise PermissionError(f"a patch may not open {args[0]!r} for writing (forgepatch runs patch code read-only)")
+
+
+def guard_thread(everywhere: bool = False) -> Callable[[], None]:
+    """Refuse this thread (``everywhere``: every thread, for good) every event of
+    ``_REFUSED_EVENTS`` and opening a file for writing, until the returned release is called."""
+    import threading
+
+    global _hooked, _everywhere
+    if not _hooked:
+        sys.addaudithook(_audit)
+        _hooked = True
+    if everywhere:
+        _everywhere = True
+    ident = threading.get_ident()
+    _guarded.add(ident)
+    return lambda: _guarded.discard(ident)
+
+
 MEMORY_LIMIT = 8 << 30  # bytes of address space a patch's process may map (libcst trees are big)
 EDIT_LIMIT_S = 120.0  # one edit_function / finalize_module call
 
@@ -31,7 +82,9 @@ def _child(fn: Callable[[], Any], w: int, memory: int) -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write fails with EFBIG instead of killing
         sys.setrecursionlimit(max(sys.getrecursionlimit(), 20000))
+        sys.dont_write_bytecode = True  # the import itself must not need a write
         try:
+            guard_thread(everywhere=True)  # for good: the child ends after fn
             result: tuple = ("ok", fn())
         except ForgepatchError as exc:
             result = ("error", str(exc), exc.exit_code)

@@ -184,7 +184,9 @@ def lint_file(text: str, rel: str, markers: Iterable[str], target: str, arch_nam
         for gate, fams in chains:
             if target in fams or not fams & set(SIBLINGS):
                 continue
-            in_unit = named and names_marker(_unit(gate, parents), match)
+            # a gate's own unit names a marker by reading it (a call's keyword name is the
+            # callee's parameter: the per-arch evaluation judges site functions' gates)
+            in_unit = named and names_marker(_unit(gate, parents), match, keywords=False)
             if not in_unit and not on_path:
                 continue
             key = (gate.lineno, gate.col_offset)

@@ -101,6 +101,8 @@ class PatchResult:
     # every gate of the feature the evaluation judged (``evaluation.GateCheck``: file, line,
     # function, status, per-arch value before/after), in tree order
     checks: list[Any] = field(default_factory=list)
+    # what the evaluation did not search, and why (a marker too common to name the feature)
+    scope: list[str] = field(default_factory=list)
 
     @property
     def edited_files(self) -> set[str]:
@@ -118,6 +120,7 @@ class PatchResult:
             "edit_set": self.edit_set,
             "edits": [e.to_doc() for e in self.edits],
             "evaluation": [c.to_json() for c in self.checks],
+            "scope": list(self.scope),
         }
 
 

@@ -222,16 +222,35 @@ def attach_evaluation(patch: Patch, pres, checks) -> None:
                 return True
         return False
 
+    edited_lines = {(loc.file, loc.line) for st in pres.sites for loc in st.locations if loc.status is Status.APPLIED}
+
+    def site_edits(file: str, line: int) -> bool:
+        return (file, line) in edited_lines
+
     locations = []
     for c in pres.checks:
         status = _CHECK_STATUS.get(c.status)
         if status is None or (status is Status.INCOMPLETE and reported(c)):
             continue
         detail = c.reason
-        if status is Status.INCOMPLETE:
+        if status is Status.UNVERIFIED and not c.edited:
+            # a gate the patch leaves as upstream wrote it, which the evaluator cannot decide:
+            # the patch may declare it not its own (`[[ignore]]`, with a reason); an edited
+            # one stays unverified whatever the rules say
             rule = next((r for r in patch.ignore if r.matches(c.file, c.function, c.expr)), None)
             if rule is not None:
                 status, detail = Status.IGNORED, f"{c.reason}; ignored: {rule.reason}"
+        elif status is Status.INCOMPLETE:
+            rule = next((r for r in patch.ignore if r.matches(c.file, c.function, c.expr)), None)
+            scoped = next((site for site in patch.sites if site.within and not site_edits(c.file, c.line)
+                           and c.function.rsplit(".", 1)[-1] in site.functions), None)
+            if rule is not None:
+                status, detail = Status.IGNORED, f"{c.reason}; ignored: {rule.reason}"
+            elif scoped is not None:
+                # the site names its branch (`within`): the function's other branches are
+                # declared not this patch's, and shown as such
+                status, detail = Status.IGNORED, (f"{c.reason}; ignored: outside site {scoped.name}'s within "
+                                                  f"({', '.join(scoped.within)})")
             else:
                 detail = f"{c.reason}; {INCOMPLETE_HINT}"
         locations.append(Location(status, c.file, c.line or None, c.function, detail, c.expr or None))

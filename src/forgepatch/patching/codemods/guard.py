@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import libcst as cst
 
-from forgepatch.patching import archtest
 from forgepatch.patching.codemods.base import node_names_any
 from forgepatch.patching.codemods.kinds import ArchEditCodemod, code_option, expression_option
 from forgepatch.patching.model import Status

@@ -130,13 +130,13 @@ class NarrowCodemod(ArchEditCodemod):
     @staticmethod
     def _already(node, test: str, ctx) -> bool:
         """Is ``node`` an operand of an ``and`` chain that already says ``not <test>``?"""
-        cur, up = node, ctx.parents.get(node)
+        up = ctx.parents.get(node)
         while isinstance(up, cst.BooleanOperation) and isinstance(up.operator, cst.And):
             for side in (up.left, up.right):
                 if isinstance(side, cst.UnaryOperation) and isinstance(side.operator, cst.Not) \
                         and archtest.same_code(ctx.code(side.expression), test):
                     return True
-            cur, up = up, ctx.parents.get(up)
+            up = ctx.parents.get(up)
         return False
 
 
