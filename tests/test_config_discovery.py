@@ -36,7 +36,10 @@ gpus = 0
 MARKING = """\
 from pathlib import Path
 from forgepatch.patching import SiteCodemod
-Path({mark!r}).touch()  # an empty file: custom patches run with no file-size budget (patching.isolate)
+import os, sys
+# the witness of an import: a line on stderr (a patch's code may not write files, patching.isolate)
+if os.environ.get("FORGEPATCH_TEST_IMPORT_WITNESS"):
+    print("imported " + {mark!r}, file=sys.stderr)
 class Codemod(SiteCodemod):
     def edit_function(self, func, site, symbol, ctx):
         return None
@@ -73,12 +76,12 @@ def test_found_in_the_nearest_parent_with_its_patches_beside_it(tmp_path):
     assert pins.rc == 0, pins.err
     assert [p["name"] for p in pins.json()] == ["fork-pin"]  # the fork's matrix, not the shipped one
     assert f"forgepatch: config: {repo / 'matrix.toml'} (found)" in pins.err.splitlines()
-    listed = forgepatch("-v", "patch", "list", "--json", cwd=deep, env=env())
+    listed = forgepatch("-v", "patch", "list", "--json", cwd=deep, env=env(FORGEPATCH_TEST_IMPORT_WITNESS="1"))
     assert listed.rc == 0, listed.err
     ids = {p["id"]: p["origin"] for p in listed.json()}
     assert ids["fork-mark"] == "user" and "stray" not in ids and "sm103-ep-cuda-graph-guard" in ids
     assert f"forgepatch: patches: shipped + {repo / 'patches'}" in listed.err
-    assert (tmp_path / "fork-mark").exists() and not (tmp_path / "stray-mark").exists()
+    assert f"imported {tmp_path / 'fork-mark'}" in listed.err and "stray-mark" not in listed.err
     # without -v nothing is said
     quiet = forgepatch("pin", "list", "--json", cwd=deep, env=env())
     assert quiet.err == ""
@@ -109,10 +112,12 @@ def test_explicit_config_takes_its_own_patches(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     (elsewhere / "patches").mkdir(parents=True)
     (elsewhere / "patches" / "stray.py").write_text(MARKING.format(mark=str(tmp_path / "stray-mark"), pid="stray"))
-    r = forgepatch("--config", repo / "matrix.toml", "patch", "list", "--json", cwd=elsewhere, env=env())
+    r = forgepatch("--config", repo / "matrix.toml", "patch", "list", "--json", cwd=elsewhere,
+                   env=env(FORGEPATCH_TEST_IMPORT_WITNESS="1"))
     assert r.rc == 0, r.err
     ids = {p["id"] for p in r.json()}
-    assert "fork-mark" in ids and "stray" not in ids and not (tmp_path / "stray-mark").exists()
+    assert "fork-mark" in ids and "stray" not in ids
+    assert f"imported {tmp_path / 'fork-mark'}" in r.err and "stray-mark" not in r.err
 
 
 def test_color_rules_and_quiet(tmp_path):

@@ -241,7 +241,6 @@ def lock_file_for(path: Path) -> Path:
     return cache_dir("locks") / f"{key}.lock"
 
 
-@contextmanager
 def flock_waiting(fd: int, timeout: float, *, waiting: Callable[[], None], gave_up: Callable[[], Exception],
                   notice_after: float = WAIT_NOTICE_AFTER, poll: float = 0.05) -> None:
     """Take an exclusive flock on ``fd``, polling: ``waiting()`` once the wait passes
@@ -263,6 +262,7 @@ def flock_waiting(fd: int, timeout: float, *, waiting: Callable[[], None], gave_
         time.sleep(poll)
 
 
+@contextmanager
 def path_lock(path: Path, what: str, timeout: float | None = None) -> Iterator[None]:
     """Hold an exclusive lock on the shared file ``path`` for a read-modify-write (the
     ledger): concurrent runs wait their turn (saying so after a second), up to
