@@ -13,7 +13,7 @@ from tests.test_edit_lock import MATRIX, TRTLLM_MHA
 
 
 def _project(tmp_path: Path, pid: str, text: str) -> Path:
-    (tmp_path / "patches").mkdir()
+    (tmp_path / "patches").mkdir(parents=True)
     (tmp_path / "patches" / f"{pid}.toml").write_text(text)
     (tmp_path / "matrix.toml").write_text(MATRIX.format(pid=pid))
     return tmp_path
@@ -121,3 +121,32 @@ def pick(fusion):
     run = forgepatch("--patches", tmp_path / "patches", "patch", "test", "one-gate", cwd=tmp_path)
     assert run.rc == 0, run.out + run.err
     assert "ok   one-gate: the gate that already admits sm120 does not count" in run.out
+
+
+def test_within_excuses_only_the_other_branches_never_a_gate_inside_its_own(tmp_path):
+    """Adversary: a second sm100 gate of the feature inside the GptOss branch that the codemod
+    does not widen (a mixed disjunction). `within` declares the OTHER models' gates not the
+    patch's; this one is inside the named branch, so it stays incomplete: exit 1, not 0."""
+    import shutil
+
+    from forgepatch.sources import pypi_tree
+
+    src = tmp_path / "src"
+    shutil.copytree(pypi_tree("0.5.12").package, src / "sglang")
+    args = src / "sglang" / "srt" / "server_args.py"
+    text = args.read_text()
+    anchor = '        elif model_arch in ["GptOssForCausalLM"]:\n'
+    assert text.count(anchor) == 1
+    args.write_text(text.replace(anchor, anchor + (
+        '            if is_sm100_supported() or self.enable_dp_attention:\n'
+        '                self.prefill_attention_backend = "trtllm_mha"\n'), 1))
+    text = TRTLLM_MHA.replace('lone = true\n', 'lone = true\nwithin = ["GptOssForCausalLM"]\n', 1)
+    project = _project(tmp_path / "p", "user-trtllm-mha", text)
+    run = forgepatch("apply", "--arch", "sm120", "--source", src, "--check", "--json", cwd=project)
+    assert run.rc == 1
+    (patch,) = run.json()["patches"]
+    site = next(s for s in patch["sites"] if s["site"] == "self-check")
+    bad = [loc for loc in site["locations"] if loc["status"] == "incomplete"]
+    assert [loc["gate"] for loc in bad] == ["is_sm100_supported() or self.enable_dp_attention"], site
+    # the other models' gates are still the declared exceptions
+    assert any(loc["status"] == "ignored" and "within" in loc["detail"] for loc in site["locations"])

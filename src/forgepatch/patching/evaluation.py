@@ -31,6 +31,7 @@ value before and after): plain data a lock of edit sets can be built from.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import itertools
 import re
@@ -68,6 +69,7 @@ class GateCheck:
     after: dict[str, str] = field(default_factory=dict)
     feature: bool = False  # a gate of the feature proper (held to admitting the arch)
     edited: bool = False  # the patch changed this gate (or its file): no rule may excuse it
+    outside_within: bool = False  # a site function's gate outside the branch the site's `within` names
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -85,6 +87,7 @@ class _Root:
     feature: bool
     mode: str  # "truth" | "value" | "match"
     changed: bool = False
+    outside_within: bool = False  # in a site function, outside the branch its `within` names
 
 
 # -- feature functions ---------------------------------------------------------------------
@@ -160,8 +163,7 @@ def _exits(body: list[ast.stmt]) -> bool:
             return True
         if isinstance(s, ast.Return):
             v = s.value
-            return v is None or (isinstance(v, ast.Constant) and not isinstance(v.value, str)) \
-                or (isinstance(v, ast.Constant) and v.value == "")
+            return v is None or (isinstance(v, ast.Constant) and (not isinstance(v.value, str) or v.value == ""))
     return False
 
 
@@ -174,7 +176,7 @@ _SIMPLE = (ast.Return, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.A
 
 
 def _roots(func, rel: str, qual: str, cls: str | None, arch_expr: Callable[[ast.AST], bool],
-           match: Matcher | None, site: bool) -> list[_Root]:
+           match: Matcher | None, site: bool, within: tuple[str, ...] = ()) -> list[_Root]:
     """The gates of one function (nested functions are their own)."""
     local = Locals(func)
     for name, nested in _nested_defs(func).items():  # a closure is called as what it is
@@ -207,14 +209,32 @@ def _roots(func, rel: str, qual: str, cls: str | None, arch_expr: Callable[[ast.
     kw = site
 
     parents: dict[int, ast.AST] = {}
+    in_body: set[int] = set()  # statements in the body of their parent (not its else)
     for outer in ast.walk(func):
         if isinstance(outer, (ast.If, ast.While, ast.For, ast.AsyncFor, ast.With, ast.AsyncWith, ast.Try)):
             for part in ("body", "orelse", "finalbody"):
                 for child in getattr(outer, part, ()):
                     parents[id(child)] = outer
+                    if part == "body":
+                        in_body.add(id(child))
             for handler in getattr(outer, "handlers", ()):
                 for child in handler.body:
                     parents[id(child)] = outer
+    within_match = Matcher(list(within)) if within else None
+
+    def outside_within(stmt) -> bool:
+        """With the site's ``within``: is ``stmt`` outside every branch (its body, not its
+        else) or ``with`` that names one of its words? (the codemod's rule, on ast)"""
+        if within_match is None:
+            return False
+        child, up = stmt, parents.get(id(stmt))
+        while up is not None:
+            if isinstance(up, (ast.If, ast.While)) and id(child) in in_body and _names_marker([up.test], within_match):
+                return False
+            if isinstance(up, (ast.With, ast.AsyncWith)) and _names_marker(up.items, within_match):
+                return False
+            child, up = up, parents.get(id(up))
+        return True
 
     def on_path(stmt) -> bool:
         """Is ``stmt`` reached on the feature's path: every ``if`` around it tests a marker
@@ -242,7 +262,8 @@ def _roots(func, rel: str, qual: str, cls: str | None, arch_expr: Callable[[ast.
     def add(node, stmt, mode, test=None):
         if node is None or isinstance(node, ast.JoinedStr) or not arch_expr(node):
             return  # an f-string is text (a message), not a gate
-        out.append(_Root(rel, qual, node.lineno, node, scope, unit_names(stmt, test if test is not None else node), mode))
+        out.append(_Root(rel, qual, node.lineno, node, scope, unit_names(stmt, test if test is not None else node), mode,
+                         outside_within=outside_within(stmt)))
 
     def parts(node, stmt, mode):
         """A value whose arch-dependence is its conditional expressions' tests (a dict of
@@ -773,7 +794,7 @@ class Reader:
 def verify_patch(before: dict[str, str], after: dict[str, str], library: Callable[[set[str]], list[SourceFile]],
                  markers: list[str], site_functions: dict[str, set[str]], arch: Arch, patch_arches: list[str],
                  widening: bool, absorbed: set[tuple[str, str]], line_back: Callable[[str, int], int],
-                 changed: set[str]) -> list[GateCheck]:
+                 changed: set[str], within: dict[str, tuple[str, ...]] | None = None) -> list[GateCheck]:
     """Judge every gate of the feature in the examined files (``before``/``after``: rel ->
     text, the same keys). ``library`` gives parsed definitions of other modules the examined
     files import (predicates), ``site_functions`` the site functions the engine found
@@ -798,7 +819,7 @@ def verify_patch(before: dict[str, str], after: dict[str, str], library: Callabl
         out: dict[tuple, tuple[_Root, dict | None, str | None]] = {}
         for rel, tree in version.trees.items():
             lines = version.texts[rel].splitlines(keepends=True)
-            for root in _file_roots(rel, tree, reads, match, site_functions.get(rel, set()), absorbed, lines):
+            for root in _file_roots(rel, tree, reads, match, site_functions.get(rel, set()), absorbed, lines, within):
                 line = root.line if label == "before" else line_back(rel, root.line)
                 try:
                     values, why = judge.values(root), None
@@ -847,7 +868,8 @@ def verify_patch(before: dict[str, str], after: dict[str, str], library: Callabl
         status, reason = OK, "evaluated on every arch"
         claims = (rel, qual.rsplit(".", 1)[-1]) in absorbed
         held = root.feature and (references and mode in ("truth", "match", "decorator") or claims)
-        checks.append(GateCheck(rel, line, qual, expr, status, reason, before_values, values, held))
+        checks.append(GateCheck(rel, line, qual, expr, status, reason, before_values, values, held,
+                                outside_within=root.outside_within))
     return _admission(checks, arch, references or _references(arch), absorbed)
 
 
@@ -873,13 +895,13 @@ def _admission(checks: list[GateCheck], arch: Arch, refs: list[str], absorbed) -
             reason += f"; the feature's other gates admit {arch.name} as {best}"
         if (c.file, c.function.rsplit(".", 1)[-1]) in absorbed:
             reason += "; the codemod says absorbed upstream"
-        out[i] = GateCheck(c.file, c.line, c.function, c.expr, INCOMPLETE, reason, c.before, c.after, c.feature,
-                           c.edited)
+        out[i] = dataclasses.replace(c, status=INCOMPLETE, reason=reason)
     return out
 
 
 def _file_roots(rel: str, tree: ast.Module, reads, match: Matcher | None, sites: set[str],
-                absorbed: set[tuple[str, str]], lines: list[str] | None = None) -> list[_Root]:
+                absorbed: set[tuple[str, str]], lines: list[str] | None = None,
+                within: dict[str, tuple[str, ...]] | None = None) -> list[_Root]:
     funcs = _functions(tree)
     by_name = {}
     for node, qual, cls in funcs:
@@ -909,7 +931,8 @@ def _file_roots(rel: str, tree: ast.Module, reads, match: Matcher | None, sites:
     for node, qual, cls in funcs:
         if id(node) in feature:
             site = node.name in sites or (rel, node.name) in absorbed
-            out += _roots(node, rel, qual, cls, reads, match, site)
+            out += _roots(node, rel, qual, cls, reads, match, site,
+                          (within or {}).get(node.name, ()) if node.name in sites else ())
         elif id(node) in called:
             # a callee's control flow
             for r in _roots(node, rel, qual, cls, reads, None, False):

@@ -191,7 +191,8 @@ def evaluate(patch: Patch, pres, before: dict[str, str], overlay, arch: Arch, pa
     markers = sorted({m for s in patch.sites for m in s.markers})
     return evaluation.verify_patch(olds, news, library, markers, sites, arch, list(patch.arches),
                                    widening=patch.covers_gates, absorbed=absorbed, line_back=line_back,
-                                   changed=changed)
+                                   changed=changed, within={fn: site.within for site in patch.sites if site.within
+                                                            for fn in site.functions})
 
 
 _CHECK_STATUS = {"unverified": Status.UNVERIFIED, "wrong": Status.WRONG, "incomplete": Status.INCOMPLETE}
@@ -222,11 +223,6 @@ def attach_evaluation(patch: Patch, pres, checks) -> None:
                 return True
         return False
 
-    edited_lines = {(loc.file, loc.line) for st in pres.sites for loc in st.locations if loc.status is Status.APPLIED}
-
-    def site_edits(file: str, line: int) -> bool:
-        return (file, line) in edited_lines
-
     locations = []
     for c in pres.checks:
         status = _CHECK_STATUS.get(c.status)
@@ -242,7 +238,7 @@ def attach_evaluation(patch: Patch, pres, checks) -> None:
                 status, detail = Status.IGNORED, f"{c.reason}; ignored: {rule.reason}"
         elif status is Status.INCOMPLETE:
             rule = next((r for r in patch.ignore if r.matches(c.file, c.function, c.expr)), None)
-            scoped = next((site for site in patch.sites if site.within and not site_edits(c.file, c.line)
+            scoped = next((site for site in patch.sites if site.within and c.outside_within
                            and c.function.rsplit(".", 1)[-1] in site.functions), None)
             if rule is not None:
                 status, detail = Status.IGNORED, f"{c.reason}; ignored: {rule.reason}"
