@@ -128,11 +128,34 @@ def second_engine(docker_client):
     shutil.rmtree(root, ignore_errors=True)
 
 
+# -- parallel runs (pytest-xdist, tests/run.sh: -n auto --dist loadgroup) ---------------------
+# The fixtures that reach the Docker engine or a registry: a test module using one (or marked
+# `docker`) runs with every other such module on ONE worker, in order, as without xdist: the
+# engine's images and build cache are one shared state, and the hygiene check below compares
+# it whole. Every other module runs whole on some worker (its module fixtures made once).
+ENGINE_FIXTURES = frozenset({"docker_client", "base_image", "registry", "auth_registry", "second_engine",
+                             "release_images"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the node ids
+def pytest_collection_modifyitems(config, items):
+    engine_modules = {item.path for item in items
+                      if item.get_closest_marker("docker") or ENGINE_FIXTURES & set(item.fixturenames)}
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group("engine" if item.path in engine_modules else item.path.name))
+
+
+def _xdist_worker(config) -> bool:
+    return hasattr(config, "workerinput")
+
+
 # -- engine hygiene (tests/support/engine_hygiene.py): the suite leaves no image behind ------
+# Checked once, around the whole run: by the controller under xdist, never by a worker (it
+# would see what the engine worker holds mid-run)
 def pytest_sessionstart(session):
     from support import engine_hygiene
 
-    if engine_hygiene.enabled():
+    if engine_hygiene.enabled() and not _xdist_worker(session.config):
         client = engine_hygiene.connect()
         if client is not None:
             session.config._forgepatch_engine = (client, engine_hygiene.snapshot(client))

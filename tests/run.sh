@@ -33,4 +33,6 @@ TORCH_SITE=${FORGEPATCH_CACHE_DIR:-$HOME/.cache/forgepatch}/torch-cpu
 export FORGEPATCH_TEST_TORCH=$TORCH_SITE
 export FORGEPATCH_STRICT=1          # tools the suite needs must be present: fail, don't skip
 export FORGEPATCH_REQUIRE_DOCKER=1   # docker tests fail, not skip, when the engine is missing
-exec python3 -m pytest "$@"
+# one worker per core (pytest-xdist); the modules that use the Docker engine or a registry
+# run together on one of them, in order (tests/conftest.py: ENGINE_FIXTURES)
+exec python3 -m pytest -n "${FORGEPATCH_TEST_WORKERS:-auto}" --dist loadgroup "$@"

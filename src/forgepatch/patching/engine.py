@@ -282,9 +282,9 @@ def _run_patch(patch: Patch, arch: Arch, version: str | None, overlay: _Overlay,
     # and whether its gates are checked
     scope = f"{patch.hash}:{arch.name}:{int(pristine)}:{','.join(s.name for s in live)}:{int(bool(markers))}"
     todo, pending, dups = [], set(), []
-    feature_needles = [m.encode() for s in patch.sites for m in s.markers] if patch.covers_gates else []
     overlay.feature_files[patch.id] = feature = []
     feature_markers = sorted({m for s in patch.sites for m in s.markers}) if patch.covers_gates else []
+    feature_needles = [m.encode() for m in feature_markers]
     feature_hits: list[tuple[str, list[str]]] = []
     for rel in paths:
         key = None if rel in overlay.texts or cache is None else overlay.tree.key(rel)

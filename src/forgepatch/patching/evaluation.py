@@ -676,8 +676,13 @@ class Version:
     trees: dict[str, ast.Module] = field(default_factory=dict)
     broken: dict[str, str] = field(default_factory=dict)
 
-    def parse(self) -> None:
+    def parse(self, same: Version | None = None) -> None:
+        """``same``: the other state; a file whose text did not change shares its tree (read
+        only here; every memo over nodes belongs to one state's judge)."""
         for rel, text in self.texts.items():
+            if same is not None and same.texts.get(rel) == text and rel in same.trees:
+                self.trees[rel] = same.trees[rel]
+                continue
             try:
                 self.trees[rel] = ast.parse(text)
             except SyntaxError as exc:
@@ -719,32 +724,50 @@ def _statements(body):
                     stack.append(child)
 
 
-def _derived(trees: dict[str, ast.Module], seeds: set[str]) -> set[str]:
+def _binds(tree: ast.Module) -> tuple[list[tuple[str, ast.AST]], dict[str, list[ast.AST]]]:
+    """What one file binds that may carry an arch read: (name, value) pairs (module-level
+    assignments, decorators, import aliases, what functions return) and self attributes."""
+    binds: list[tuple[str, ast.AST]] = []
+    attrs: dict[str, list[ast.AST]] = {}
+    owner: list = []
+    for node in _statements(tree.body):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                    attrs.setdefault(t.attr, []).append(node.value)
+            if node.col_offset == 0:
+                binds.extend((t.id, node.value) for t in targets if isinstance(t, ast.Name))
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            owner.append(node)
+            binds += [(node.name, d) for d in node.decorator_list]
+        elif isinstance(node, ast.ImportFrom):
+            binds += [(a.asname, ast.Name(a.name)) for a in node.names if a.asname]
+    for func in owner:
+        binds += [(func.name, r.value) for r in _statements(func.body)
+                  if isinstance(r, ast.Return) and r.value is not None]
+    return binds, attrs
+
+
+def _derived(trees: dict[str, ast.Module], seeds: set[str], memo: dict[int, tuple] | None = None) -> set[str]:
     """Names the examined files bind from arch reads, to a fixed point (an alias of a
     predicate is itself an arch read): module-level names, functions returning one (or
     decorated by one), closures, import aliases, and self attributes every assignment of
-    which reads the arch. A function's other locals are its own (:class:`Reader`)."""
+    which reads the arch. A function's other locals are its own (:class:`Reader`).
+    ``memo`` (id of a tree -> its binds) spares a tree shared by both states a second walk."""
     names = set(seeds)
     binds: list[tuple[str, ast.AST]] = []
     attrs: dict[str, list[ast.AST]] = {}
     for tree in trees.values():
-        owner: list = []
-        for node in _statements(tree.body):
-            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                for t in targets:
-                    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
-                        attrs.setdefault(t.attr, []).append(node.value)
-                if node.col_offset == 0:
-                    binds.extend((t.id, node.value) for t in targets if isinstance(t, ast.Name))
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                owner.append(node)
-                binds += [(node.name, d) for d in node.decorator_list]
-            elif isinstance(node, ast.ImportFrom):
-                binds += [(a.asname, ast.Name(a.name)) for a in node.names if a.asname]
-        for func in owner:
-            binds += [(func.name, r.value) for r in _statements(func.body)
-                      if isinstance(r, ast.Return) and r.value is not None]
+        if memo is not None and id(tree) in memo:
+            tb, ta = memo[id(tree)]
+        else:
+            tb, ta = _binds(tree)
+            if memo is not None:
+                memo[id(tree)] = (tb, ta)
+        binds += tb
+        for name, values in ta.items():
+            attrs.setdefault(name, []).extend(values)
     changed = True
     while changed:
         changed = False
@@ -803,7 +826,7 @@ def verify_patch(before: dict[str, str], after: dict[str, str], library: Callabl
     match = Matcher(markers) if markers else None
     old, new = Version(before), Version(after)
     old.parse()
-    new.parse()
+    new.parse(same=old)
     checks: list[GateCheck] = []
     for rel, why in new.broken.items():
         checks.append(GateCheck(rel, 0, "<module>", "", UNVERIFIED, f"cannot be evaluated: {why}", None))
@@ -811,15 +834,24 @@ def verify_patch(before: dict[str, str], after: dict[str, str], library: Callabl
     family = _target_family(arch, patch_arches)
     references = _references(arch) if widening else []
     judged: dict[str, dict[tuple, tuple[_Root, dict | None, str | None]]] = {}
+    found_roots: dict[str, tuple[ast.Module, frozenset, list[_Root]]] = {}  # rel -> the before state's
+    binds_memo: dict[int, tuple] = {}  # trees of both states are alive here: ids stay theirs
     for label, version in (("before", old), ("after", new)):
         files = [SourceFile(rel, b"", [Block(list(tree.body))]) for rel, tree in version.trees.items()]
         index = Index(lib + files)
-        reads = Reader(_derived(version.trees, set()))
+        names = frozenset(_derived(version.trees, set(), binds_memo))
+        reads = Reader(set(names))
         judge = Judge(index, reads)
         out: dict[tuple, tuple[_Root, dict | None, str | None]] = {}
         for rel, tree in version.trees.items():
-            lines = version.texts[rel].splitlines(keepends=True)
-            for root in _file_roots(rel, tree, reads, match, site_functions.get(rel, set()), absorbed, lines, within):
+            prior_roots = found_roots.get(rel)
+            if prior_roots is not None and prior_roots[0] is tree and prior_roots[1] == names:
+                roots = prior_roots[2]  # the same tree read with the same arch names: the same gates
+            else:
+                lines = version.texts[rel].splitlines(keepends=True)
+                roots = _file_roots(rel, tree, reads, match, site_functions.get(rel, set()), absorbed, lines, within)
+                found_roots[rel] = (tree, names, roots)
+            for root in roots:
                 line = root.line if label == "before" else line_back(rel, root.line)
                 try:
                     values, why = judge.values(root), None
@@ -840,7 +872,8 @@ def verify_patch(before: dict[str, str], after: dict[str, str], library: Callabl
         expr = ast.unparse(root.node.subject if mode == "match" else root.node)
         if mode == "match":
             expr = "match " + expr
-        edited = prior is None or ast.unparse(prior[0].node) != ast.unparse(root.node) or rel in changed
+        edited = prior is None or rel in changed or (
+            prior[0].node is not root.node and ast.unparse(prior[0].node) != ast.unparse(root.node))
         if values is None:
             if edited or root.feature or prior is None:
                 checks.append(GateCheck(rel, line, qual, expr, UNVERIFIED, why or "cannot be evaluated",
@@ -1013,14 +1046,6 @@ def _imported_modules(rel: str, data: bytes) -> list[str]:
     return out
 
 
-_ARCH_RE = re.compile(b"|".join(re.escape(w) for w in ARCH_BYTES))
-
-
-@functools.lru_cache(maxsize=16)
-def _needles_re(needles: tuple[bytes, ...]) -> re.Pattern:
-    return re.compile(b"|".join(re.escape(n) for n in sorted(set(needles), key=len, reverse=True)))
-
-
 # A marker found with an arch word in more files than this names no feature (`tp_size`,
 # `backend`): outside the site modules it finds gates of everything. Gates there are found
 # through the patch's distinctive markers and the site functions' calls; the run says so.
@@ -1044,5 +1069,8 @@ def feature_scope(hits: list[tuple[str, list[str]]], in_site_module: Callable[[s
 
 
 def feature_file(data: bytes, needles: list[bytes]) -> bool:
-    """Can this file hold a gate of the feature? (a marker and an arch word, bytes only)"""
-    return _needles_re(tuple(needles)).search(data) is not None and _ARCH_RE.search(data) is not None
+    """Can this file hold a gate of the feature? (a marker and an arch word, bytes only)
+
+    Substring tests, not one alternation regex: ``re`` scans an alternation of literals
+    position by position (8x slower over a whole tree, bench/apply.py)."""
+    return any(n in data for n in needles) and any(w in data for w in ARCH_BYTES)
