@@ -3,8 +3,17 @@
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
+
+# A suite started as a background job of a shell without job control (`nohup ... &`, some CI
+# launchers) inherits SIGINT ignored, and so would every forgepatch the tests start: the
+# Ctrl-C tests would then wait on a process that cannot be interrupted. The tests play a
+# terminal's Ctrl-C, so their processes get SIGINT's default (a Python handler becomes the
+# default in a child at exec).
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Releases whose gate layouts span docs/architecture.md (Facts) (0.5.3 inline, 0.5.10 function + server_args,
 # 0.5.15 arg_groups + backend check, 0.5.20 get_platform(), 0.5.23 layer_boundary).

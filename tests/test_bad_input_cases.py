@@ -288,3 +288,32 @@ def test_config_special_files(ws):
     assert "--config:" in one_line_error(res) and "is a directory" in res.err
     (ws / "loop.toml").symlink_to("loop.toml")
     assert "symbolic link loop" in one_line_error(run("--config", ws / "loop.toml", "pin", "list"))
+
+
+@pytest.mark.parametrize("body, at", [
+    ("import time\n\ndef wait():\n    time.sleep(3600)\n\nwait()\n", 4),  # in the thread an import runs it in
+    ("x = 0\nwhile True:\n    x += 1\n", None),  # a Python loop: line 2 or 3, wherever the alarm lands
+    ("sum(range(10 ** 15))\n", "killed"),  # one C call that holds the GIL: no alarm runs, the kill ends it
+])
+def test_the_child_past_its_limit_names_the_line_where_it_was(tmp_path, body, at):
+    """The child's limit, hit before the import thread's own (under load, a slow fork or a slow
+    libcst import): the child's alarm names file:line; a C call that never yields is killed, no line."""
+    from forgepatch.errors import BadInput
+    from forgepatch.patching.guard import _import_here
+    from forgepatch.patching.isolate import run_isolated
+
+    path = tmp_path / "slow.py"
+    path.write_text(body)
+    t0 = time.monotonic()
+    with pytest.raises(BadInput) as err:
+        run_isolated(path, "importing the patch", lambda: _import_here(path), limit=1.0)
+    took = time.monotonic() - t0
+    text = str(err.value)
+    assert "importing the patch took more than 1 s (killed)" in text and "\n" not in text, text
+    assert 1.0 <= took < 1.0 + 0.5 + 5, took  # the limit, at most the grace (+ a loaded box) after it
+    if at == "killed":
+        assert text.startswith(f"{path}: "), text
+    elif at is None:
+        assert text.startswith((f"{path}:2: ", f"{path}:3: ")), text
+    else:
+        assert text.startswith(f"{path}:{at}: "), text

@@ -296,9 +296,16 @@ def test_version_help_alias_exit_codes_and_json_version():
         assert run.rc == 0 and run.out.startswith("Usage: forgepatch"), (args, run.err)
         assert "Exit codes:" in run.out and "2  bad input" in run.out, args
     assert "--show-completion" in forgepatch("-h").out
-    completion = forgepatch("--show-completion", "bash")
-    assert completion.rc == 0 and "complete" in completion.out and "_FORGEPATCH_COMPLETE" in completion.out
     import os
+    import subprocess
+    import sys
+
+    # typer detects the shell from the parent process: ask from a real bash, as a user does (under
+    # pytest-xdist the worker's ancestry need not hold a shell); "; exit" keeps bash from exec'ing
+    completion = subprocess.run(["bash", "-c", '"$@"; exit $?', "bash", sys.executable, "-m", "forgepatch",
+                                 "--show-completion"], capture_output=True, text=True, timeout=120)
+    assert completion.returncode == 0, completion.stderr
+    assert "complete" in completion.stdout and "_FORGEPATCH_COMPLETE" in completion.stdout
 
     def complete(words: str) -> list[str]:  # what the installed bash script asks the CLI
         env = {**os.environ, "_FORGEPATCH_COMPLETE": "complete_bash", "COMP_WORDS": words,

@@ -129,7 +129,7 @@ def test_ctrl_c_removes_containers(docker_client, smoke_image, tmp_path, no_left
     assert len(containers(docker_client)) == 2
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
+    assert proc.returncode == 130, (err, out)
     assert containers(docker_client) == []
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from forgepatch.patching.model import FAILED  # statuses that fail a run (exit 1)
 from forgepatch.patching.identity import engine_digest
 from forgepatch.errors import BadInput
 from forgepatch.infra.gitrepo import GitRepo
@@ -27,6 +28,8 @@ SHORT = {
     "not-applicable": "n/a",
     "ignored": "ignored",
     "incomplete": "INCOMPLETE",
+    "unverified": "UNVERIFIED",
+    "wrong": "WRONG",
     "drift": "DRIFT",
     "review": "REVIEW",
 }
@@ -77,8 +80,6 @@ class DriftReport:
 
     @property
     def drift(self) -> bool:
-        from forgepatch.patching.model import FAILED  # drift or incomplete (a gate left rejecting)
-
         return any(r.status(p) in FAILED for r in self.revs for p in self.patch_ids)
 
     def to_json(self) -> dict[str, Any]:
@@ -352,11 +353,11 @@ def render_markdown(report: DriftReport) -> str:
         for pid in report.patch_ids:
             status = rev.status(pid) or "-"
             short = SHORT.get(status, status)
-            cells.append(f"**{short}**" if status == "drift" else short)
+            cells.append(f"**{short}**" if status in FAILED and status != "review" else short)
         out.append(f"| `{rev.label}` | {rev.version or '?'} | " + " | ".join(cells) + " |")
     out += ["", "| patch | first drift | first absorbed | advice |", "|---|---|---|---|"]
     for h in report.health:
-        advice = "retire this patch (upstream absorbed it)" if h.retire else ("fix the patch" if h.last_status in ("drift", "incomplete") else "review the edit set" if h.last_status == "review" else "keep")
+        advice = "retire this patch (upstream absorbed it)" if h.retire else ("fix the patch" if h.last_status in FAILED and h.last_status != "review" else "review the edit set" if h.last_status == "review" else "keep")
         out.append(f"| `{h.patch}` | {h.first_drift or '-'} | {h.first_absorbed or '-'} | {advice} |")
     changes = edit_set_changes(report)
     if changes:
@@ -373,7 +374,7 @@ def render_markdown(report: DriftReport) -> str:
 def render_table(report: DriftReport, console) -> None:
     from rich.table import Table
 
-    styles = {"drift": "bold red", "incomplete": "bold red", "review": "bold magenta", "applied": "green", "already-applied": "cyan",
+    styles = {"drift": "bold red", "incomplete": "bold red", "unverified": "bold red", "wrong": "bold red", "review": "bold magenta", "applied": "green", "already-applied": "cyan",
               "absorbed-upstream": "yellow", "not-applicable": "dim"}
     table = Table(title=f"patch health for {report.arch}", title_justify="left")
     table.add_column("rev")
@@ -393,7 +394,7 @@ def render_table(report: DriftReport, console) -> None:
     for col in ("patch", "first drift", "first absorbed", "advice"):
         health.add_column(col)
     for h in report.health:
-        advice = "[yellow]retire this patch[/]" if h.retire else ("[red]fix the patch[/]" if h.last_status in ("drift", "incomplete") else "[magenta]review the edit set[/]" if h.last_status == "review" else "keep")
+        advice = "[yellow]retire this patch[/]" if h.retire else ("[red]fix the patch[/]" if h.last_status in FAILED and h.last_status != "review" else "[magenta]review the edit set[/]" if h.last_status == "review" else "keep")
         health.add_row(h.patch, h.first_drift or "-", h.first_absorbed or "-", advice)
     console.print(health)
     from rich.markup import escape

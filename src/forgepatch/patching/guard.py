@@ -44,16 +44,6 @@ def line_in(path: Path, tb: TracebackType | None) -> int | None:
     return line
 
 
-def _frame_line(path: Path, frame) -> int | None:
-    target = os.path.realpath(path)
-    line = None
-    while frame is not None:
-        if os.path.realpath(frame.f_code.co_filename) == target and line is None:
-            line = frame.f_lineno
-        frame = frame.f_back
-    return line
-
-
 def describe(exc: BaseException) -> str:
     if isinstance(exc, SystemExit):
         return f"calls sys.exit({exc.code!r})"
@@ -101,8 +91,10 @@ def _import_here(path: Path) -> ModuleType:
     worker.start()
     worker.join(limit)
     if worker.is_alive():
+        from forgepatch.patching.isolate import frame_line
+
         frame = sys._current_frames().get(worker.ident)
-        raise BadInput(located(path, _frame_line(path, frame),
+        raise BadInput(located(path, frame_line(path, frame),
                                f"importing the patch took more than {limit:g} s (a patch must not block at import; "
                                f"${TIMEOUT_ENV} sets the limit)"))
     exc = box.get("error")

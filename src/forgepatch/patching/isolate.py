@@ -1,7 +1,8 @@
 """Run a custom patch's code in a child process (``os.fork``): whatever the patch does there
 (``os._exit``, a signal, a segfault in a C extension, a C-level loop that holds the GIL, a
-memory bomb) ends the child, not forgepatch. The parent enforces the time limit by killing the
-child (SIGKILL, not a flag the patch could ignore), caps its memory (RLIMIT_AS) and refuses it
+memory bomb) ends the child, not forgepatch. At the time limit the child's own alarm raises where
+the patch's code is (so the one line names file:line); a short grace later the parent kills the
+child (SIGKILL, not a flag the patch could ignore: a C-level loop ends without a line), caps its memory (RLIMIT_AS) and refuses it
 file writes (RLIMIT_FSIZE 0: writing data to any file fails); the child's only output is its
 result, pickled back through a pipe. Any end of the child that is not a result is one line of
 bad input naming the patch file. In the child, and in the parent's thread that imports the
@@ -74,10 +75,42 @@ MEMORY_LIMIT = 8 << 30  # bytes of address space a patch's process may map (libc
 EDIT_LIMIT_S = 120.0  # one edit_function / finalize_module call
 
 
-def _child(fn: Callable[[], Any], w: int, memory: int) -> None:
+class _OutOfTime(BaseException):
+    """Raised in the child by its own alarm, just before the parent's kill: it carries where the
+    patch's code was, so the one line names file:line (a C-level loop never sees it; the kill
+    still ends it, without a line)."""
+
+    def __init__(self, line: int | None) -> None:
+        super().__init__(line)
+        self.line = line
+
+
+def frame_line(path: Path, frame) -> int | None:
+    """The line of the innermost frame of ``frame``'s stack that runs code of ``path``."""
+    target = os.path.realpath(path)
+    while frame is not None:
+        if os.path.realpath(frame.f_code.co_filename) == target:
+            return frame.f_lineno
+        frame = frame.f_back
+    return None
+
+
+def _child(fn: Callable[[], Any], w: int, memory: int, path: Path, alarm_s: float) -> None:
     import resource
 
+    done = []
+
+    def out_of_time(_sig, frame) -> None:
+        if not done:  # this thread's stack first, then the thread an import runs the patch in
+            stacks = [frame, *sys._current_frames().values()]
+            raise _OutOfTime(next((n for n in map(lambda f: frame_line(path, f), stacks) if n is not None), None))
+
     try:
+        try:
+            signal.signal(signal.SIGALRM, out_of_time)
+            signal.setitimer(signal.ITIMER_REAL, alarm_s)
+        except ValueError:  # not the main thread: the parent's kill alone ends it, without a line
+            pass
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
         resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write fails with EFBIG instead of killing
@@ -85,13 +118,22 @@ def _child(fn: Callable[[], Any], w: int, memory: int) -> None:
         sys.dont_write_bytecode = True  # the import itself must not need a write
         try:
             guard_thread(everywhere=True)  # for good: the child ends after fn
-            result: tuple = ("ok", fn())
+            value = fn()
+            done.append(True)
+            result: tuple = ("ok", value)
+        except _OutOfTime as exc:
+            result = ("timeout", exc.line)
         except ForgepatchError as exc:
             result = ("error", str(exc), exc.exit_code)
         except MemoryError:
             result = ("error", "", -1)
         except BaseException as exc:  # noqa: BLE001 - reported as the patch's own failure
-            result = ("raised", f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}")
+            alarm = exc.__context__
+            if isinstance(alarm, _OutOfTime):  # the alarm, caught and replaced by the patch
+                result = ("timeout", alarm.line)
+            else:
+                result = ("raised", f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}")
+        done.append(True)
         try:
             data = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:  # noqa: BLE001
@@ -113,10 +155,10 @@ def run_isolated(path: Path, what: str, fn: Callable[[], Any], *, limit: float, 
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
         os.close(r)
-        _child(fn, w, memory)
+        _child(fn, w, memory, path, limit)
     os.close(w)
     chunks: list[bytes] = []
-    deadline = time.monotonic() + limit
+    deadline = time.monotonic() + limit + min(2.0, max(0.5, limit * 0.2))  # the child's alarm comes first
     timed_out = False
     try:
         while True:
@@ -135,14 +177,15 @@ def run_isolated(path: Path, what: str, fn: Callable[[], Any], *, limit: float, 
         if timed_out:
             os.kill(pid, signal.SIGKILL)
         _, status = os.waitpid(pid, 0)
-    if timed_out:
-        raise BadInput(located(path, line, f"{what} took more than {limit:g} s (killed)"
-                               + (f"; {on_timeout()}" if on_timeout else "")))
     data = b"".join(chunks)
     size = int.from_bytes(data[:8], "big") if len(data) >= 8 else -1
-    if size < 0 or len(data) - 8 != size:
+    result = pickle.loads(data[8:]) if size >= 0 and len(data) - 8 == size else None
+    if timed_out or (result is not None and result[0] == "timeout"):
+        where = result[1] if result is not None and result[0] == "timeout" and result[1] is not None else line
+        raise BadInput(located(path, where, f"{what} took more than {limit:g} s (killed)"
+                               + (f"; {on_timeout()}" if on_timeout else "")))
+    if result is None:
         raise BadInput(located(path, line, f"{what}: {_ending(status)} before giving a result"))
-    result = pickle.loads(data[8:])
     if result[0] == "ok":
         return result[1]
     if result[0] == "error":

@@ -126,17 +126,22 @@ def run_series(series: Series, tree: Tree, version: str | None, *,
 
     Each patch's edit set (what it changed, read off the trees) is then held to the patch's
     lock (``editlock``): a set the lock does not accept for the arch makes the patch
-    ``review`` and ``result.drift`` true. A status-only scan that would edit a locked patch
-    runs once more with texts, so a scan judges the same edits as ``apply``."""
-    from forgepatch.patching import editlock
+    ``review`` and ``result.drift`` true. A status-only scan runs once more with texts
+    whenever it would say applied, already applied or absorbed, so a scan judges the same
+    edits, and the same per-arch evaluation, as ``apply``."""
+    from forgepatch.patching import editlock, verify
     from forgepatch.patching.engine import run_patches
     from forgepatch.patching.model import Status
 
     patches = list(series.patches)
     result = run_patches(tree, patches, series.arch, version, cache=cache, pristine=pristine)
     texts = None
-    if cache is not None and any(p.status is Status.APPLIED and editlock.has_lock(patch)
-                                 for p, patch in zip(result.patches, patches)):
+    # statuses a status-only scan cannot vouch for on its own (it does not evaluate gates)
+    judged = (Status.APPLIED, Status.ALREADY, Status.ABSORBED)
+    if cache is not None and any(p.status in judged for p in result.patches):
+        # what the scan calls fine (applies, already, absorbed) the run with texts judges:
+        # every gate of the feature evaluated per arch, and the edit set the lock holds
         texts = run_patches(tree, patches, series.arch, version, pristine=pristine)
+        verify.carry_evaluation(result, texts)
     editlock.review(result, patches, texts)
     return result

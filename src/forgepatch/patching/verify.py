@@ -142,6 +142,25 @@ def _add(pres, locations: list[Location]) -> None:
     pres.status = Status.worst([s.status for s in pres.sites])
 
 
+def carry_evaluation(scan, full) -> None:
+    """Give a status-only scan (``scan``: drift, no texts, so no evaluation) the findings the
+    same series' run with texts (``full``) made: a scan says what ``apply`` says, never
+    "applies" where apply says unverified, wrong or incomplete."""
+    by_id = {p.patch_id: p for p in full.patches}
+    for pres in scan.patches:
+        other = by_id.get(pres.patch_id)
+        if other is None:
+            continue
+        pres.checks, pres.scope = other.checks, other.scope
+        have = {(loc.status, loc.file, loc.line, loc.detail) for s in pres.sites for loc in s.locations}
+        site = next((s for s in other.sites if s.site == SELF_CHECK_SITE), None)
+        if site is not None:
+            _add(pres, [loc for loc in site.locations if (loc.status, loc.file, loc.line, loc.detail) not in have])
+        if other.status.failed and not pres.status.failed:
+            # the run with texts failed where the scan did not (whatever the cause): the worse holds
+            pres.status = other.status
+
+
 def evaluate(patch: Patch, pres, before: dict[str, str], overlay, arch: Arch, paths: list[str]):
     """The per-arch evaluation of one patch's step (:mod:`evaluation`): the files it changed
     and the tree's files of its feature, before and after it."""
