@@ -409,6 +409,14 @@ class Judge:
         self.index = index
         self._expanded: dict[tuple, Any] = {}
         self._leaves: dict[tuple, Any] = {}  # (node, scope, arch, mode) -> the evaluator's answer
+        self._texts: dict[int, tuple[ast.AST, str]] = {}  # id(node) -> (node, ast.unparse(node))
+
+    def _text(self, node: ast.AST) -> str:
+        """``ast.unparse(node)``, once per node (an atom is named in every row of every arch)."""
+        hit = self._texts.get(id(node))
+        if hit is None or hit[0] is not node:
+            hit = self._texts[id(node)] = (node, ast.unparse(node))
+        return hit[1]
 
     def values(self, root: _Root) -> dict[str, str]:
         """arch -> the gate's value (raises _Undecided)."""
@@ -503,7 +511,7 @@ class Judge:
             pass
         elif not self.arch_expr(node, scope):
             if mode == "truth":
-                atoms[prefix + ast.unparse(node)] = node
+                atoms[prefix + self._text(node)] = node
         elif not self._decided(node, scope, mode):
             expanded = self._expand(node, scope, depth)
             if expanded is not None:
@@ -529,10 +537,10 @@ class Judge:
             return bool(node.value) if mode == "truth" else repr(node.value)
         if not self.arch_expr(node, scope):
             if mode == "truth":
-                return env.get(prefix + ast.unparse(node), UNKNOWN)
+                return env.get(prefix + self._text(node), UNKNOWN)
             if isinstance(node, ast.Constant):
                 return repr(node.value)
-            return f"<{ast.unparse(node)}>"  # a value that does not depend on the arch
+            return f"<{self._text(node)}>"  # a value that does not depend on the arch
         leaf = (id(node), scope.key, arch, mode)
         v = self._leaves.get(leaf, _MISSING)
         if v is _MISSING:
@@ -546,7 +554,7 @@ class Judge:
         if mode == "truth":
             return bool(v)
         if isinstance(v, (Func, Partial)):
-            return f"<function {ast.unparse(node)}>"
+            return f"<function {self._text(node)}>"
         if v is VERSION:
             return "<cuda version>"
         return repr(plain(v))
@@ -749,35 +757,56 @@ def _binds(tree: ast.Module) -> tuple[list[tuple[str, ast.AST]], dict[str, list[
     return binds, attrs
 
 
+_Words = tuple[bool, frozenset[str]]  # (a name in it is an arch word, every name it reads)
+
+
+@functools.lru_cache(maxsize=4096)
+def _arch_word(name: str) -> bool:
+    return bool(ARCH_WORDS.search(name))
+
+
+def _words(value: ast.AST) -> _Words:
+    """The names an expression reads (``Name`` ids and attribute names), walked once: a bind is
+    read again at every round of :func:`_derived`'s fixed point."""
+    found = frozenset(n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(value)
+                      if isinstance(n, (ast.Name, ast.Attribute)))
+    return any(map(_arch_word, found)), found
+
+
 def _derived(trees: dict[str, ast.Module], seeds: set[str], memo: dict[int, tuple] | None = None) -> set[str]:
     """Names the examined files bind from arch reads, to a fixed point (an alias of a
     predicate is itself an arch read): module-level names, functions returning one (or
     decorated by one), closures, import aliases, and self attributes every assignment of
     which reads the arch. A function's other locals are its own (:class:`Reader`).
-    ``memo`` (id of a tree -> its binds) spares a tree shared by both states a second walk."""
+    ``memo`` (id of a tree -> the names its binds read) spares a tree shared by both states a second walk."""
     names = set(seeds)
-    binds: list[tuple[str, ast.AST]] = []
-    attrs: dict[str, list[ast.AST]] = {}
+    bind_words: list[tuple[str, _Words]] = []
+    attr_words: dict[str, list[_Words]] = {}
     for tree in trees.values():
         if memo is not None and id(tree) in memo:
             tb, ta = memo[id(tree)]
         else:
-            tb, ta = _binds(tree)
+            binds, attrs = _binds(tree)
+            tb = [(name, _words(value)) for name, value in binds]
+            ta = {name: [_words(v) for v in values] for name, values in attrs.items()}
             if memo is not None:
                 memo[id(tree)] = (tb, ta)
-        binds += tb
+        bind_words += tb
         for name, values in ta.items():
-            attrs.setdefault(name, []).extend(values)
+            attr_words.setdefault(name, []).extend(values)
+
+    def reads(read: tuple[bool, frozenset[str]]) -> bool:
+        return read[0] or not read[1].isdisjoint(names)
+
     changed = True
     while changed:
         changed = False
-        reads = arch_reader(names)
-        for name, value in binds:
-            if name not in names and not ARCH_WORDS.search(name) and reads(value):
+        for name, read in bind_words:
+            if name not in names and not ARCH_WORDS.search(name) and reads(read):
                 names.add(name)
                 changed = True
-        for name, values in attrs.items():
-            if name not in names and all(reads(v) for v in values):
+        for name, reads_of in attr_words.items():
+            if name not in names and all(reads(r) for r in reads_of):
                 names.add(name)
                 changed = True
     return names

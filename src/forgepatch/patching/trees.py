@@ -31,8 +31,7 @@ class DirTree:
 
     def read(self, rel: str) -> bytes:
         try:
-            with open(self.package / rel, "rb", opener=_open_regular) as fh:
-                return fh.read()
+            return _read_regular(os.path.join(self.package, rel))  # str paths: a scan reads every file
         except OSError as exc:
             import errno
 
@@ -51,16 +50,22 @@ class DirTree:
         return str(self.package / rel)
 
 
-def _open_regular(path, flags):
-    """Open without blocking on a FIFO or device, and refuse anything but a regular file."""
+def _read_regular(path: str) -> bytes:
+    """A regular file's bytes: opened without blocking on a FIFO or device (O_NONBLOCK is
+    meaningless for a regular file), anything but a regular file refused."""
     import stat
 
-    fd = os.open(path, flags | os.O_NONBLOCK)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(21, "not a regular file", path)
+        chunks = [os.read(fd, st.st_size + 1)]
+        while chunks[-1]:  # a file that grew since the fstat
+            chunks.append(os.read(fd, 1 << 20))
+        return b"".join(chunks)
+    finally:
         os.close(fd)
-        raise OSError(21, "not a regular file", str(path))
-    os.set_blocking(fd, True)
-    return fd
 
 
 class MemoryTree:
