@@ -8,6 +8,11 @@ import sys
 from dataclasses import dataclass
 
 
+# what a run waiting on another one's lock (a shared cache, a tree) says on stderr: a notice, not
+# an error line (tests on parallel workers share the wheel cache)
+WAIT_NOTICE = "forgepatch: waiting for "
+
+
 @dataclass
 class Run:
     rc: int

@@ -37,9 +37,13 @@ def import_timeout() -> float:
 def line_in(path: Path, tb: TracebackType | None) -> int | None:
     """The line of the deepest frame of ``tb`` that runs code of ``path``."""
     target = os.path.realpath(path)
+    real: dict[str, bool] = {}  # a RecursionError's traceback is 20000 frames of one file: resolve it once
     line = None
     for frame, lineno in traceback.walk_tb(tb):
-        if os.path.realpath(frame.f_code.co_filename) == target:
+        name = frame.f_code.co_filename
+        if name not in real:
+            real[name] = os.path.realpath(name) == target
+        if real[name]:
             line = lineno
     return line
 

@@ -88,8 +88,12 @@ class _OutOfTime(BaseException):
 def frame_line(path: Path, frame) -> int | None:
     """The line of the innermost frame of ``frame``'s stack that runs code of ``path``."""
     target = os.path.realpath(path)
+    real: dict[str, bool] = {}  # a runaway recursion is 20000 frames of one file: resolve it once
     while frame is not None:
-        if os.path.realpath(frame.f_code.co_filename) == target:
+        name = frame.f_code.co_filename
+        if name not in real:
+            real[name] = os.path.realpath(name) == target
+        if real[name]:
             return frame.f_lineno
         frame = frame.f_back
     return None
