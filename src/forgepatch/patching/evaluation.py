@@ -795,14 +795,14 @@ def _derived(trees: dict[str, ast.Module], seeds: set[str], memo: dict[int, tupl
         for name, values in ta.items():
             attr_words.setdefault(name, []).extend(values)
 
-    def reads(read: tuple[bool, frozenset[str]]) -> bool:
+    def reads(read: _Words) -> bool:
         return read[0] or not read[1].isdisjoint(names)
 
     changed = True
     while changed:
         changed = False
         for name, read in bind_words:
-            if name not in names and not ARCH_WORDS.search(name) and reads(read):
+            if name not in names and not _arch_word(name) and reads(read):
                 names.add(name)
                 changed = True
         for name, reads_of in attr_words.items():

@@ -36,14 +36,12 @@ def import_timeout() -> float:
 
 def line_in(path: Path, tb: TracebackType | None) -> int | None:
     """The line of the deepest frame of ``tb`` that runs code of ``path``."""
-    target = os.path.realpath(path)
-    real: dict[str, bool] = {}  # a RecursionError's traceback is 20000 frames of one file: resolve it once
+    from forgepatch.patching.isolate import runs_in
+
+    ours = runs_in(path)  # a RecursionError's traceback is 20000 frames of one file
     line = None
     for frame, lineno in traceback.walk_tb(tb):
-        name = frame.f_code.co_filename
-        if name not in real:
-            real[name] = os.path.realpath(name) == target
-        if real[name]:
+        if ours(frame.f_code.co_filename):
             line = lineno
     return line
 

@@ -2,9 +2,9 @@
 (``os._exit``, a signal, a segfault in a C extension, a C-level loop that holds the GIL, a
 memory bomb) ends the child, not forgepatch. At the time limit the child's own alarm raises where
 the patch's code is (so the one line names file:line); a short grace later the parent kills the
-child (SIGKILL, not a flag the patch could ignore: a C-level loop ends without a line), caps its memory (RLIMIT_AS) and refuses it
-file writes (RLIMIT_FSIZE 0: writing data to any file fails); the child's only output is its
-result, pickled back through a pipe. Any end of the child that is not a result is one line of
+child (SIGKILL, not a flag the patch could ignore: a C-level loop ends without a line). The
+child's memory is capped (RLIMIT_AS) and file writes are refused (RLIMIT_FSIZE 0: writing data
+to any file fails); the child's only output is its result, pickled back through a pipe. Any end of the child that is not a result is one line of
 bad input naming the patch file. In the child, and in the parent's thread that imports the
 patch, an audit hook refuses the patch's code every file change (remove, rename, chmod, a
 file opened for writing), every program start and native library load: ``guard_thread``."""
@@ -85,15 +85,25 @@ class _OutOfTime(BaseException):
         self.line = line
 
 
-def frame_line(path: Path, frame) -> int | None:
-    """The line of the innermost frame of ``frame``'s stack that runs code of ``path``."""
+def runs_in(path: Path) -> Callable[[str], bool]:
+    """Is a code object's file name ``path``? Each name resolved once (a runaway recursion is
+    20000 frames of one file)."""
     target = os.path.realpath(path)
-    real: dict[str, bool] = {}  # a runaway recursion is 20000 frames of one file: resolve it once
-    while frame is not None:
-        name = frame.f_code.co_filename
+    real: dict[str, bool] = {}
+
+    def test(name: str) -> bool:
         if name not in real:
             real[name] = os.path.realpath(name) == target
-        if real[name]:
+        return real[name]
+
+    return test
+
+
+def frame_line(path: Path, frame) -> int | None:
+    """The line of the innermost frame of ``frame``'s stack that runs code of ``path``."""
+    ours = runs_in(path)
+    while frame is not None:
+        if ours(frame.f_code.co_filename):
             return frame.f_lineno
         frame = frame.f_back
     return None
@@ -105,9 +115,14 @@ def _child(fn: Callable[[], Any], w: int, memory: int, path: Path, alarm_s: floa
     done = []
 
     def out_of_time(_sig, frame) -> None:
-        if not done:  # this thread's stack first, then the thread an import runs the patch in
-            stacks = [frame, *sys._current_frames().values()]
-            raise _OutOfTime(next((n for n in map(lambda f: frame_line(path, f), stacks) if n is not None), None))
+        if done:
+            return
+        line = None
+        for stack in (frame, *sys._current_frames().values()):  # this thread's, then an import's thread
+            line = frame_line(path, stack)
+            if line is not None:
+                break
+        raise _OutOfTime(line)
 
     try:
         try:
