@@ -52,7 +52,8 @@ _UNLOCKED: list[Path] = []
 def _unlocked_shipped() -> Path:
     """The shipped patches without their locks: these tests craft trees no lock was accepted
     on (a new gate, a copied function), and judge the engine's truth on them; the lock's
-    `review` of such trees is tested in test_edit_lock.py."""
+    `review` of such trees (and of a patch with no lock at all) is tested in test_edit_lock.py,
+    so ``run`` sets aside the one review an unlocked copy always gets."""
     if not _UNLOCKED:
         import tempfile
 
@@ -74,7 +75,22 @@ def run(tree_changes: dict[str, str], release, patches=None, arch="sm120", versi
     pdir = patches or _unlocked_shipped()
     ids = [PATCH_ID] if arch in ("sm120", "sm121") else ["sm103-ep-cuda-graph-guard"]
     series = Series(get_arch(arch), tuple(load_patches(pdir, ids)))
-    return run_series(series, OverlayTree(DirTree(release.package), tree_changes, pristine=True), version, **kw)
+    result = run_series(series, OverlayTree(DirTree(release.package), tree_changes, pristine=True), version, **kw)
+    return _without_no_lock_review(result) if patches is None else result
+
+
+def _without_no_lock_review(result):
+    """``result`` less the `review` an unlocked copy of a shipped patch gets for making edits
+    at all ("no lock ..."); any other finding, a lock's included, stays."""
+    from forgepatch.patching.editlock import EDIT_LOCK_SITE
+    from forgepatch.patching.model import Status
+
+    for pres in result.patches:
+        kept = [s for s in pres.sites if not (s.site == EDIT_LOCK_SITE and s.detail.startswith("no lock ("))]
+        if len(kept) != len(pres.sites):
+            pres.sites = kept
+            pres.status = Status.worst([s.status for s in kept])
+    return result
 
 
 def text(release, rel: str) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from support.badinput import MATRIX, PATCH_TOML, one_line_error, run, tiny_tree
+from support.badinput import MATRIX, PATCH_TOML, one_line_error, run, tiny_patch, tiny_tree
 from tests.support.cli import assert_one_line_error, forgepatch
 
 
@@ -20,8 +20,7 @@ from tests.support.cli import assert_one_line_error, forgepatch
 def ws(tmp_path):
     """A tiny source tree, a patch dir with the tiny patch, and a matrix for them."""
     tiny_tree(tmp_path / "src")
-    (tmp_path / "patches").mkdir()
-    (tmp_path / "patches" / "tiny-gate.toml").write_text(PATCH_TOML)
+    tiny_patch(tmp_path / "patches")
     (tmp_path / "matrix.toml").write_text(MATRIX)
     return tmp_path
 
@@ -119,6 +118,10 @@ def test_matrix_truncated(ws):
     ('path = "srt/comm.py"', 'path = "/etc/passwd.py"', "inside the example"),
     ('path = "srt/comm.py"', 'path = "srt/comm.py"\ncontext = {"../x.py" = "x = 1"}', "examples[0].context"),
     ("required = true", "required = true\nfrobnicate = 1", "sites[0].frobnicate: unknown key"),
+    # quoted keys as TOML reads them: escapes decoded, any character (found by the fuzzer: no line)
+    ('arches = ["sm120", "sm121"]', 'arches = ["sm120", "sm121"]\n"\\u00e9" = []', "é: unknown key"),
+    ('arches = ["sm120", "sm121"]', 'arches = ["sm120", "sm121"]\n"caf\u00e9" = 1', "café: unknown key"),
+    ("required = true", 'required = true\n"a\\"b=c" = 1', 'a"b=c: unknown key'),
     ('summary = "widen the tiny fusion gate"', "summary = 5", "summary: expected a string, got 5"),
 ])
 def test_patch_toml_strict(ws, old, new, needle):

@@ -183,6 +183,43 @@ def test_a_status_scan_judges_the_same_edits_as_apply(tmp_path):
     assert full.drift and scan.drift
 
 
+def test_a_patch_without_a_lock_is_review_until_accepted(tmp_path):
+    """Nobody accepted a new patch's edits: its first run is `review` (exit 1, nothing
+    written, each edit listed file:line), reading it (`--check`, `--diff`) writes no lock, and
+    `--accept` records exactly the set it made; a release where it edits more is review again."""
+    project = _project(tmp_path, "user-ar-auto", AR_AUTO)
+    out = project / "out"
+    run = forgepatch("apply", "--arch", "sm120", "--source", "pypi:0.5.22", "--out", out, cwd=project)
+    assert run.rc == 1 and not out.exists(), run.err
+    assert "review: no lock (user-ar-auto.lock): nobody accepted this patch's edits; 1 edit(s) to review" in run.err
+    check = forgepatch("apply", "--arch", "sm120", "--source", "pypi:0.5.22", "--check", "--json", cwd=project)
+    assert check.rc == 1 and check.json()["status"] == "review"
+    (patch,) = check.json()["patches"]
+    site = next(s for s in patch["sites"] if s["site"] == "edit-lock")
+    (loc,) = site["locations"]
+    assert loc["file"] == "srt/arg_groups/overrides.py" and loc["line"] > 0
+    assert loc["symbol"] == "_flashinfer_allreduce_fusion_auto_enable" and "get_platform().is_sm120" in loc["detail"]
+    diff = forgepatch("apply", "--arch", "sm120", "--source", "pypi:0.5.22", "--diff", cwd=project)
+    assert diff.rc == 1 and "+" in diff.out and "is_sm120" in diff.out  # the diff to read is printed
+    assert not (project / "patches" / "user-ar-auto.lock").exists()
+    accepted = forgepatch("apply", "--arch", "sm120", "--source", "pypi:0.5.22", "--accept", "--out", out, cwd=project)
+    assert accepted.rc == 0, accepted.err
+    assert [s["accepted"] for s in _lock(project, "user-ar-auto")["set"]] == [["sm120@0.5.22"]]
+    # 0.5.23: the marker also matches the neighbouring gate, one edit more than accepted
+    again = forgepatch("apply", "--arch", "sm120", "--source", "pypi:0.5.23", "--check", "--json", cwd=project)
+    assert again.rc == 1 and again.json()["status"] == "review"
+
+
+def test_patch_lock_checks_every_arch_and_source_before_writing_a_lock(tmp_path):
+    project = _project(tmp_path, "user-ar-auto", AR_AUTO)
+    for bad in (["--arch", "sm120", "--arch", "sm999"], ["--arch", "sm120", "--source", "pypi:0.5.22",
+                                                         "--source", "pypi:0.0.0.1"]):
+        run = forgepatch("patch", "lock", *bad, *([] if "--source" in bad else ["--source", "pypi:0.5.22"]),
+                         cwd=project)
+        assert run.rc == 2 and len([ln for ln in run.err.splitlines() if ln.strip()]) == 1, run.err
+        assert not (project / "patches" / "user-ar-auto.lock").exists(), bad  # nothing half-written
+
+
 def test_a_broken_lock_is_bad_input_naming_the_file(tmp_path):
     project = _project(tmp_path, "user-ar-auto", AR_AUTO)
     assert forgepatch("patch", "lock", "--arch", "sm120", "--source", "pypi:0.5.22", cwd=project).rc == 0

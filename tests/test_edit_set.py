@@ -140,3 +140,41 @@ def test_fast_path_matches_whole_file_on_real_patched_releases():
                     seen += bool(fast)
     assert seen >= 6
 
+
+
+# -- files that are not Python: changed lines ------------------------------------------------------
+CU = ("void launch(int major) {\n"
+      "  TVM_FFI_ICHECK_EQ(major, 10) << \"MoE kernel requires 10.x\";\n"
+      "  run();\n"
+      "}\n")
+
+
+def test_a_text_file_edit_is_its_changed_lines_readable_in_review():
+    after = CU.replace("TVM_FFI_ICHECK_EQ(major, 10)", "TVM_FFI_ICHECK(major == 10 || major == 12)")
+    (edit,) = file_edits("data/csrc/launcher.cu", CU, after)
+    assert edit.function == "<text>" and edit.line == 2
+    assert edit.before == ('  TVM_FFI_ICHECK_EQ(major, 10) << "MoE kernel requires 10.x";',)
+    assert edit.after == ('  TVM_FFI_ICHECK(major == 10 || major == 12) << "MoE kernel requires 10.x";',)
+    assert "not parseable" not in edit.describe()
+
+
+def test_a_text_edit_is_the_same_on_crlf_and_keeps_bytes_that_are_not_utf8_visible():
+    after = CU.replace("major, 10)", "major, 12)")
+    lf = digest(file_edits("x.cu", CU, after))
+    crlf = CU.replace("\n", "\r\n")
+    assert digest(file_edits("x.cu", crlf, after.replace("\n", "\r\n"))) == lf
+    junk = CU.encode().replace(b"run();", b"run(); // caf\xe9").decode("utf-8", "surrogateescape")
+    (edit,) = file_edits("x.cu", junk, junk.replace("run();", "run2();"))
+    assert edit.after == ("  run2(); // caf\\xe9",) and edit.before == ("  run(); // caf\\xe9",)
+    assert file_edits("x.cu", CU, CU.replace("\n", "  \n")) == []  # trailing blanks do not count
+
+
+def test_an_added_text_file_is_one_edit_naming_its_size_and_hash():
+    import hashlib
+
+    text = '{"1": {"BLOCK_SIZE_M": 16}}\n'
+    (edit,) = file_edits("configs/E=128,N=768,device_name=X.json", "", text, added=True)
+    assert edit.before == () and edit.after == (
+        f"<new file: 1 lines, sha256 {hashlib.sha256(text.encode()).hexdigest()[:12]}>",)
+    other = file_edits("configs/E=128,N=768,device_name=X.json", "", text.replace("16", "32"), added=True)
+    assert digest(other) != digest([edit])  # another config is another edit set

@@ -58,11 +58,11 @@ def test_a_reader_refuses_a_bad_lock_wait_instead_of_reading_unlocked(monkeypatc
 @pytest.mark.parametrize("argv", [("apply", "--check", "--source", "{tree}", "--patch", "tiny-gate"),
                                   ("gates", "--source", "{tree}"), ("status",)])
 def test_every_command_refuses_a_bad_setting_in_one_line(monkeypatch, tmp_path, raw, argv):
-    from support.badinput import MATRIX, PATCH_TOML, one_line_error, run, tiny_tree
+    from support.badinput import MATRIX, one_line_error, run, tiny_patch, tiny_tree
 
     tree = tiny_tree(tmp_path / "src")
     (tmp_path / "patches").mkdir()
-    (tmp_path / "patches" / "tiny-gate.toml").write_text(PATCH_TOML)
+    tiny_patch(tmp_path / "patches")
     (tmp_path / "matrix.toml").write_text(MATRIX)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("FORGEPATCH_LOCK_TIMEOUT", raw)

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from support.badinput import MATRIX, PATCH_TOML, LOCATED, one_line_error, run, tiny_tree
+from support.badinput import MATRIX, PATCH_LOCK, PATCH_TOML, LOCATED, one_line_error, run, tiny_patch, tiny_tree
 
 SEED = int(os.environ.get("FORGEPATCH_FUZZ_SEED", "16"))
 SCALE = float(os.environ.get("FORGEPATCH_FUZZ_N", "1"))
@@ -209,7 +209,7 @@ def world(tmp_path_factory):
     src = tiny_tree(root / "src")
     patches = root / "patches"
     patches.mkdir()
-    (patches / "tiny-gate.toml").write_text(PATCH_TOML)
+    tiny_patch(patches)
     (root / "matrix.toml").write_text(MATRIX)
     res = run("--config", root / "matrix.toml", "--patches", patches, "apply", "--arch", "sm120", "--source", src,
               "--out", root / "ok")
@@ -296,7 +296,7 @@ PY_BODIES = [
 ]
 
 
-def _patch_dir(rnd: random.Random, root: Path) -> Path:
+def _patch_dir(rnd: random.Random, root: Path, lock_rnd: random.Random) -> Path:
     pdir = root
     pdir.mkdir()
     if rnd.random() < 0.3:
@@ -314,18 +314,22 @@ def _patch_dir(rnd: random.Random, root: Path) -> Path:
         if rnd.random() < 0.3 or data is BASE_PATCH:
             raw = mutate_bytes(rnd, raw)
         (pdir / "tiny-gate.toml").write_bytes(raw)
+    # the patch's edit lock (a patch without one is `review`): mostly as accepted, sometimes
+    # damaged; drawn from its own generator, so the patch files are the ones of the seed
+    lock = PATCH_LOCK.encode()
+    (pdir / "tiny-gate.lock").write_bytes(mutate_bytes(lock_rnd, lock) if lock_rnd.random() < 0.2 else lock)
     return pdir
 
 
 def test_fuzzed_patch_dirs(world, tmp_path, monkeypatch):
     root, src, _patches = world
     monkeypatch.setenv("FORGEPATCH_PATCH_IMPORT_TIMEOUT", "0.5")
-    rnd = random.Random(SEED + 1)
+    rnd, lock_rnd = random.Random(SEED + 1), random.Random(SEED + 3)
     outcomes: dict[str, int] = {}
     for i in range(N_PATCHES):
         case = f"patch dir {i} (seed {SEED + 1})"
-        pdir = _patch_dir(rnd, tmp_path / f"p{i}")
-        inputs = {p: p.read_bytes() for p in pdir.iterdir()}
+        pdir = _patch_dir(rnd, tmp_path / f"p{i}", lock_rnd)
+        inputs = {p: p.read_bytes() for p in sorted(pdir.iterdir(), key=lambda p: p.suffix == ".lock")}  # patch first
         out = tmp_path / f"out{i}"
         cmd = rnd.choice(["apply", "apply", "test"])
         args = (["apply", "--arch", "sm120", "--source", src, "--out", out] if cmd == "apply" else ["patch", "test"])
@@ -390,6 +394,7 @@ def test_fuzzed_huge_and_odd_integers(world, tmp_path):
             pdir = tmp_path / f"p{i}"
             pdir.mkdir()
             (pdir / "tiny-gate.toml").write_bytes(raw)
+            (pdir / "tiny-gate.lock").write_text(PATCH_LOCK)
             inputs = {pdir / "tiny-gate.toml": raw}
         else:
             cfg = tmp_path / f"m{i}.toml"

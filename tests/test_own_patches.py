@@ -81,7 +81,11 @@ def test_user_patches_add_to_the_shipped_ones(fork):
     doc = sm120.json()
     assert [p["patch"] for p in doc["patches"]] == ["mine-sm120-backend", SM120]
     mine = doc["patches"][0]
-    assert mine["status"] == "applied" and mine["files"] == ["srt/layers/flashinfer_comm_fusion.py"], mine
+    assert mine["files"] == ["srt/layers/flashinfer_comm_fusion.py"], mine
+    # a user patch with no lock yet: its sites apply, and nobody accepted its edits (review)
+    sites = {site["site"]: site for site in mine["sites"]}
+    assert mine["status"] == "review" and sites.pop("edit-lock")["detail"].startswith("no lock ("), mine
+    assert sites["backend-check"]["status"] == "applied", sites
     # the shipped patch finds that gate widened by the user patch of the same run: that is
     # already-applied, not "absorbed upstream" (upstream 0.5.23 still rejects sm120 there)
     shipped = {site["site"]: site["status"] for site in doc["patches"][1]["sites"]}

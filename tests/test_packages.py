@@ -115,7 +115,7 @@ def test_major_list_drifts_honestly_where_the_list_moved(project, tmp_path):
     out = tmp_path / "out"
     # 0.7.2 has gen_moe_utils_module with [9, 10]: widened
     ok = forgepatch("apply", "--arch", "sm120", "--source", f"pypi:flashinfer-python=={FI_NEW}", "--check", "--json",
-                    cwd=project)
+                    "--accept", cwd=project)  # a new patch: its edit accepted as it is made
     assert ok.rc == 1 and json.loads(ok.out)["status"] == "changed", ok.err  # --check: it would change a file
     site = next(s for p in ok.json()["patches"] for s in p["sites"] if s["site"] == "moe-utils")
     assert site["status"] == "applied" and site["file"] == "jit/moe_utils.py"

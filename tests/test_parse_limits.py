@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from support.badinput import COMM, MATRIX, PATCH_TOML, tiny_tree
+from support.badinput import COMM, MATRIX, tiny_patch, tiny_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = {
@@ -30,7 +30,7 @@ def test_hostile_sources_are_one_line_within_seconds(tmp_path, name, mode):
     src = tiny_tree(tmp_path / "src")
     (src / "sglang" / "srt" / "comm.py").write_text(COMM + "\n" + body)
     (tmp_path / "patches").mkdir()
-    (tmp_path / "patches" / "tiny-gate.toml").write_text(PATCH_TOML)
+    tiny_patch(tmp_path / "patches")
     (tmp_path / "matrix.toml").write_text(MATRIX)
     args = ["--check"] if mode == "--check" else ["--out", str(tmp_path / "out")]
     start = time.monotonic()
@@ -73,7 +73,7 @@ def test_out_refuses_link_loops_and_escapes_in_one_line(tmp_path, kind):
     else:
         (srt / "escape").symlink_to(outside)
     (tmp_path / "patches").mkdir()
-    (tmp_path / "patches" / "tiny-gate.toml").write_text(PATCH_TOML)
+    tiny_patch(tmp_path / "patches")
     (tmp_path / "matrix.toml").write_text(MATRIX)
     start = time.monotonic()
     res = run("--config", tmp_path / "matrix.toml", "--patches", tmp_path / "patches", "apply", "--arch", "sm120",
@@ -90,7 +90,7 @@ def test_out_keeps_links_that_stay_inside_the_tree(tmp_path):
     src = tiny_tree(tmp_path / "src")
     (src / "sglang" / "srt" / "alias.py").symlink_to("utils.py")
     (tmp_path / "patches").mkdir()
-    (tmp_path / "patches" / "tiny-gate.toml").write_text(PATCH_TOML)
+    tiny_patch(tmp_path / "patches")
     (tmp_path / "matrix.toml").write_text(MATRIX)
     res = run("--config", tmp_path / "matrix.toml", "--patches", tmp_path / "patches", "apply", "--arch", "sm120",
               "--source", src, "--out", tmp_path / "out")

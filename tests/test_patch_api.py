@@ -126,5 +126,9 @@ def test_a_custom_patch_on_the_api_runs_on_a_real_wheel(tmp_path, version, test)
         f'default_pin = "p"\n[pins.p]\npypi = "{version}"\n[arches.sm121]\npatches = ["sm121-fp8-triton"]\n')
     r = forgepatch("--config", tmp_path / "matrix.toml", "--patches", d, "apply", "--arch", "sm121",
                    "--source", f"pypi:{version}", "--diff")
+    assert r.rc == 1 and "review: no lock" in r.err, r.err  # a custom patch's edits are reviewed too
+    r = forgepatch("--config", tmp_path / "matrix.toml", "--patches", d, "apply", "--arch", "sm121",
+                   "--source", f"pypi:{version}", "--diff", "--accept")
     assert r.rc == 0, r.out + r.err
+    assert (d / "sm121-fp8-triton.lock").is_file()
     assert f'+    backend = "triton" if {test}' in r.out or f'"triton" if ({test}' in r.out.replace("torch.cuda.is_available() and ", ""), r.out

@@ -20,7 +20,10 @@ def _project(tmp_path: Path, pid: str, text: str) -> Path:
 
 
 def _edits(project: Path, version: str) -> tuple[int, dict]:
-    run = forgepatch("apply", "--arch", "sm120", "--source", f"pypi:{version}", "--check", "--json", cwd=project)
+    """The patch's run on the release, its edit set accepted first (a new patch has no lock:
+    `review` until a person accepts it, test_edit_lock.py)."""
+    run = forgepatch("apply", "--arch", "sm120", "--source", f"pypi:{version}", "--check", "--json", "--accept",
+                     cwd=project)
     (patch,) = run.json()["patches"]
     return run.rc, patch
 
@@ -55,6 +58,8 @@ reason = "this fork keeps the backend check as upstream has it"
 [[examples]]''', 1)
     project = _project(tmp_path, "sm120-flashinfer-allreduce-fusion", text)
     run = forgepatch("apply", "--arch", "sm120", "--source", "pypi:0.5.23", "--diff", cwd=project)
+    assert run.rc == 1 and "review: no lock" in run.err, run.err  # this copy has no lock: nobody accepted it
+    run = forgepatch("apply", "--arch", "sm120", "--source", "pypi:0.5.23", "--diff", "--accept", cwd=project)
     assert run.rc == 0, run.err
     assert "flashinfer_comm_fusion.py" not in run.out  # the diff leaves the backend check alone
     assert "add_norm.py" in run.out and "overrides.py" in run.out

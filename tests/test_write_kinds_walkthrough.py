@@ -32,6 +32,10 @@ def test_the_kinds_walkthrough_runs_as_written(tmp_path):
     assert kinds == {"arch-gate", "narrow", "value", "guard"}, kinds
     for p, (kind, body) in zip(patches, [b for b in blocks if b[0] == "toml" and "\nid = " in "\n" + b[1]]):
         (tmp_path / "patches" / f"{p['id']}.toml").write_text(body)
+        # "`ID.toml` and `ID.lock`": the README's patch is the example's, and so is its lock
+        example = ROOT / "docs" / "examples" / "patches" / f"{p['id']}.toml"
+        assert {k: v for k, v in tomllib.loads(example.read_text()).items() if k != "examples"} == p, p["id"]
+        (tmp_path / "patches" / f"{p['id']}.lock").write_text(example.with_suffix(".lock").read_text())
     matrix = next(tomllib.loads(body) for kind, body in blocks if kind == "toml" and body.startswith("[arches."))
     text = (tmp_path / "matrix.toml").read_text()
     for arch, table in matrix["arches"].items():

@@ -29,7 +29,7 @@ def _readme_walkthrough() -> list[str]:
 
 def test_the_readme_walkthrough_end_to_end(tmp_path):
     steps = _readme_walkthrough()
-    assert [s.split()[1] for s in steps] == ["init", "patch", "patch", "apply", "apply"], steps
+    assert [s.split()[1] for s in steps] == ["init", "patch", "patch", "apply", "apply", "apply"], steps
     # 1. init
     assert steps[0] == "forgepatch init"
     run = forgepatch("init", cwd=tmp_path)
@@ -65,18 +65,30 @@ def test_the_readme_walkthrough_end_to_end(tmp_path):
     # the README's matrix edit, then its two apply commands
     readme = (ROOT / "README.md").read_text()
     assert f'patches = ["sm120-flashinfer-allreduce-fusion", "{ID}"]' in readme
-    assert steps[3:] == ["forgepatch apply --arch sm120 --check", "forgepatch apply --arch sm120 --out patched/"]
+    assert steps[3:] == ["forgepatch apply --arch sm120 --check", "forgepatch apply --arch sm120 --diff",
+                         "forgepatch apply --arch sm120 --accept --out patched/"]
     matrix = tmp_path / "matrix.toml"
     old = '[arches.sm120]\npatches = ["sm120-flashinfer-allreduce-fusion"]'
     assert old in matrix.read_text()
     matrix.write_text(matrix.read_text().replace(old, old[:-1] + f', "{ID}"]'))
     run = forgepatch("apply", "--arch", "sm120", "--check", "--json", cwd=tmp_path)
-    assert run.rc == 1, run.err  # the release needs patching
+    assert run.rc == 1, run.err  # the release needs patching, and nobody accepted the new patch yet
     mine = next(p for p in run.json()["patches"] if p["patch"] == ID)
-    assert mine["status"] == "applied" and mine["files"] == [FILE], mine
+    sites = {s["site"]: s for s in mine["sites"]}
+    assert mine["status"] == "review" and mine["files"] == [FILE], mine
+    lock = sites.pop("edit-lock")
+    assert lock["detail"].startswith(f"no lock ({ID}.lock): nobody accepted this patch's edits"), lock
+    assert [loc["file"] for loc in lock["locations"]] == [FILE], lock  # the edit is listed, file:line
+    assert {s["status"] for s in sites.values()} == {"applied"}, sites
     assert run.json()["verified"] is True
-    run = forgepatch("apply", "--arch", "sm120", "--out", "patched/", cwd=tmp_path)
+    lock_file = tmp_path / "patches" / f"{ID}.lock"
+    run = forgepatch("apply", "--arch", "sm120", "--diff", cwd=tmp_path)
+    added = [ln for ln in run.out.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
+    assert run.rc == 1 and any(ln.endswith("get_platform().is_sm100 or get_platform().is_sm120:") for ln in added), run.out
+    assert not lock_file.exists()  # reading the diff accepts nothing
+    run = forgepatch("apply", "--arch", "sm120", "--accept", "--out", "patched/", cwd=tmp_path)
     assert run.rc == 0, run.err
+    assert "sm120@0.5.23" in lock_file.read_text() and "get_platform().is_sm120" in lock_file.read_text()
     patched = (tmp_path / "patched" / "sglang" / FILE).read_text()
     assert "if get_platform().is_sm90 or get_platform().is_sm100 or get_platform().is_sm120:" in patched
     listed = forgepatch("patch", "list", "--json", cwd=tmp_path)

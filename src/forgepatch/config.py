@@ -376,7 +376,8 @@ def _line_keys(line: str) -> tuple[str, str] | None:
         return ("table", name) if name else None
     key, eq, _ = line.partition("=")
     key = key.strip()
-    if not eq or not key or not _KEY_CHARS.issuperset(key):
+    # a quoted key may hold escapes and any character beyond ASCII ("\u00e9", "é")
+    if not eq or not key or not all(c in _KEY_CHARS or c == "\\" or c > "\x7f" for c in key):
         return None
     return ("key", key)
 
@@ -385,8 +386,12 @@ def key_line(text: str, loc: tuple[Any, ...]) -> int | None:
     """Best-effort line of a key path in TOML text: the key itself, else the deepest
     enclosing table header or dotted key that is a prefix of it."""
     keys = [str(k) for k in loc if not isinstance(k, int)]
-    # dotted keys split at dots outside quotes ([pins."v0.5.23".packages.flashinfer])
-    split = lambda s: [p.strip().strip("\"'") for p in re.findall(r'"[^"]*"|\'[^\']*\'|[^.]+', s)]  # noqa: E731
+
+    def split(dotted: str) -> list[str]:
+        """Dotted keys split at dots outside quotes ([pins."v0.5.23".packages.flashinfer]),
+        each as TOML reads it (a basic string's escapes decoded: "\\u00e9" is é)."""
+        return [_bare_key(p.strip()) for p in re.findall(r'"(?:[^"\\]|\\.)*"|\'[^\']*\'|[^.]+', dotted)]
+
     best, best_len, table = None, 0, []
     for no, raw in enumerate(text.splitlines(), 1):
         found = _line_keys(raw.split("#", 1)[0].strip())
@@ -401,6 +406,20 @@ def key_line(text: str, loc: tuple[Any, ...]) -> int | None:
         if keys[: len(full)] == full and len(full) > best_len:
             best, best_len = no, len(full)
     return best
+
+
+def _bare_key(piece: str) -> str:
+    """One key of a dotted key as written (bare, 'literal' or "basic") as TOML reads it."""
+    if piece[:1] == "'" and piece[-1:] == "'" and len(piece) > 1:
+        return piece[1:-1]
+    if piece[:1] == '"' and piece[-1:] == '"' and len(piece) > 1:
+        import tomllib
+
+        try:
+            return tomllib.loads(f"k = {piece}")["k"]
+        except tomllib.TOMLDecodeError:
+            return piece[1:-1]
+    return piece
 
 
 MAX_DEPTH = 24  # tables/arrays nested deeper than this are refused (no config needs it)

@@ -56,6 +56,43 @@ def use_fusion(enabled):
 """
 '''
 
+# the edit set a person accepted for PATCH_TOML on tiny_tree (written by `forgepatch patch lock`):
+# a patch without a lock is `review` (nobody accepted its edits), test_edit_lock.py
+PATCH_LOCK = '''\
+# forgepatch edit lock of patch tiny-gate: the edit sets a person reviewed, per ARCH@VERSION.
+# Written by `forgepatch patch lock` and `forgepatch apply --accept`; review changes to it like code.
+format = 1
+patch = "tiny-gate"
+
+[[set]]
+digest = "e5bc90cac19f"
+accepted = ["sm120@0.5.23"]
+
+[[set.edit]]
+file = "srt/comm.py"
+function = "<module>"
+within = []
+before = []
+after = ["from sglang.srt.utils import is_sm120_supported"]
+
+[[set.edit]]
+file = "srt/comm.py"
+function = "use_fusion"
+within = []
+before = ["if enabled and (is_sm90_supported() or is_sm100_supported())"]
+after = ["if enabled and (is_sm90_supported() or is_sm100_supported() or is_sm120_supported())"]
+'''
+
+
+def tiny_patch(patches: Path, text: str = PATCH_TOML) -> Path:
+    """``patches/tiny-gate.toml`` (``text``) with its accepted lock; returns the patch's path."""
+    patches.mkdir(parents=True, exist_ok=True)
+    (patches / "tiny-gate.lock").write_text(PATCH_LOCK)
+    path = patches / "tiny-gate.toml"
+    path.write_text(text)
+    return path
+
+
 MATRIX = '''\
 default_pin = "rel"
 

@@ -51,7 +51,8 @@ def patch_new(
     for note in made.notes:
         out.print(f"note: {note}", markup=False, soft_wrap=True)
     out.print(f"next: edit summary (and review the example's `after`), run `forgepatch patch test {pid}`, then add "
-              f"\"{pid}\" to [arches.{arch}] patches in matrix.toml and run `forgepatch apply --arch {arch} --check`",
+              f"\"{pid}\" to [arches.{arch}] patches in matrix.toml, read `forgepatch apply --arch {arch} --diff` and "
+              f"accept its edits with `forgepatch apply --arch {arch} --accept` (writes patches/{pid}.lock)",
               markup=False, soft_wrap=True)
 
 

@@ -20,9 +20,10 @@ TOML document written by ``forgepatch patch lock`` and ``apply --accept``::
 A run of a series on a pin derives each patch's edit set from the trees (``editset``). A
 patch that has a lock and whose non-empty edit set equals no set accepted for the arch is
 ``review`` (exit 1, nothing written, like drift): the difference to the closest locked set
-is reported edit by edit. A patch without a lock file is not checked (nothing was reviewed
-yet: ``forgepatch patch lock`` starts one). An empty edit set (the tree already patched, or
-upstream already has it) changes nothing and needs no review.
+is reported edit by edit. A patch without a lock file is ``review`` as soon as it edits
+anything (nobody accepted its edits: ``apply --accept`` or ``forgepatch patch lock`` creates
+the lock). An empty edit set (the tree already patched, or upstream already has it) changes
+nothing and needs no review.
 """
 
 from __future__ import annotations
@@ -251,14 +252,17 @@ def review(result: Any, patches: list[Any], texts: Any = None) -> None:
         if not edits or path is None:
             continue
         lock = read(path, pres.patch_id)
-        if lock is None or lock.find(result.arch, edits) is not None:
+        if lock is not None and lock.find(result.arch, edits) is not None:
             continue
-        extra, gone, closest = difference(edits, lock, result.arch)
+        extra, gone, closest = difference(edits, lock or Lock(path, pres.patch_id), result.arch)
         locations = [Location(Status.REVIEW, e.file, e.line, e.function, f"new edit, not in the lock: {e.describe()}")
                      for e in extra]
         locations += [Location(Status.REVIEW, e.file, None, e.function, f"locked edit not made: {e.describe()}")
                       for e in gone]
-        if closest is None:
+        if lock is None:
+            detail = (f"no lock ({path.name}): nobody accepted this patch's edits; {len(edits)} edit(s) to review; "
+                      f"{ACCEPT_HINT}")
+        elif closest is None:
             detail = (f"no edit set of {path.name} is accepted for {result.arch}: {len(edits)} edit(s) to review; "
                       f"{ACCEPT_HINT}")
         else:

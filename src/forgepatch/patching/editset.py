@@ -79,21 +79,25 @@ def series_edits(originals: dict[str, str], steps: list[tuple[str, dict[str, str
     for pid, changes in steps:
         edits: list[Edit] = []
         for rel in sorted(changes):
-            before = current.get(rel) or ""  # None: a file the series adds (add-files)
-            after = changes[rel] or ""
+            added = current.get(rel) is None  # a file the series adds (add-files)
+            before, after = current.get(rel) or "", changes[rel] or ""
             if after != before:
-                edits += file_edits(rel, before, after)
+                edits += file_edits(rel, before, after, added=added)
             current[rel] = changes[rel]
         out[pid] = canonical(edits)
     return out
 
 
-def file_edits(rel: str, before: str, after: str) -> list[Edit]:
-    """The edits that turn ``before`` into ``after`` (texts of file ``rel``).
+def file_edits(rel: str, before: str, after: str, *, added: bool = False) -> list[Edit]:
+    """The edits that turn ``before`` into ``after`` (texts of file ``rel``; ``added``: the
+    file is new).
 
     Only the top-level statements that differ are parsed (a patch touches a few functions
     of a file with hundreds); where the text cannot be cut into top-level statements that
-    parse on their own, both files are parsed whole. Either way the same edits come out."""
+    parse on their own, both files are parsed whole. Either way the same edits come out.
+    A file that is not Python (``.cu``, ``.json``, ...) is compared line by line."""
+    if not rel.endswith(PYTHON_SUFFIXES):
+        return text_edits(rel, before, after, added=added)
     old_chunks, new_chunks = _chunks(before), _chunks(after)
     if old_chunks is not None and new_chunks is not None:
         edits: list[Edit] = []
@@ -146,6 +150,32 @@ def _join(chunks: list[tuple[int, str]]) -> str:
 
 
 _TOP_LINE = re.compile(r"^(?![ \t#\n\r)\]}]|else\b|elif\b|except\b|finally\b|case\b)", re.M)
+
+
+PYTHON_SUFFIXES = (".py", ".pyi")
+TEXT_SCOPE = "<text>"  # the scope of every edit of a file that is not Python
+
+
+def _text_line(line: str) -> str:
+    """A line of a text file as an edit holds it: trailing blanks (a CR of CRLF among them)
+    do not count; bytes that are not UTF-8 are shown escaped (``\\xe9``)."""
+    return line.rstrip().encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def text_edits(rel: str, before: str, after: str, *, added: bool = False) -> list[Edit]:
+    """The edits of a file that is not Python: each run of changed lines (normalised by
+    ``_text_line``), in scope ``<text>``. A file the patch adds is one edit naming its size
+    and content hash (its text is the patch's own file, reviewed with the patch)."""
+    if added:
+        raw = after.encode("utf-8", "surrogateescape")
+        return [Edit(rel, TEXT_SCOPE, (), (), (f"<new file: {len(after.splitlines())} lines, "
+                                               f"sha256 {hashlib.sha256(raw).hexdigest()[:12]}>",))]
+    old, new = [_text_line(x) for x in before.splitlines()], [_text_line(x) for x in after.splitlines()]
+    edits = []
+    for tag, i1, i2, j1, j2 in SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+        if tag != "equal":
+            edits.append(Edit(rel, TEXT_SCOPE, (), tuple(old[i1:i2]), tuple(new[j1:j2]), i1 + 1))
+    return edits
 
 
 def _whole_file_edits(rel: str, before: str, after: str) -> list[Edit]:

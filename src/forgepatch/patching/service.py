@@ -256,26 +256,26 @@ def lock_patches(arches: list[str], sources: list[str | None], matrix, patches_d
     """``forgepatch patch lock``: run each arch's series on each source and record every
     patch's edit set in its lock (created if missing, the pin moved to its current set).
     A pin on which the series fails for another reason than ``review`` records nothing
-    (its rows say why)."""
+    (its rows say why). Every run comes first: a bad arch or source of the command line is
+    bad input before any lock is written."""
     from forgepatch.patching import editlock
     from forgepatch.patching.model import Status
 
+    runs = [(arch, run_arch(arch, source, matrix, patches_dir)) for arch in arches for source in sources]
     rows: list[LockRow] = []
-    for arch in arches:
-        for source in sources:
-            result, src, _tree, patches = run_arch(arch, source, matrix, patches_dir)
-            chosen = [p for p in patches if ids is None or p.id in ids]
-            before = {p.patch_id: (p.status.value, p.edit_set,
-                                   "; ".join(s.detail for s in p.sites if s.status.failed)) for p in result.patches}
-            blocked = any(Status.worst([s.status for s in p.sites if s.site != editlock.EDIT_LOCK_SITE]).failed
-                          for p in result.patches)
-            written = {} if blocked else {str(path): path for path in editlock.accept(result, chosen)}
-            for patch in chosen:
-                status, edit_set, detail = before.get(patch.id, ("not-applicable", None, ""))
-                path = str(editlock.lock_path(patch))
-                rows.append(LockRow(arch, src.label, result.version, patch.id, status, edit_set,
-                                    path if path in written else None,
-                                    (detail or "another patch of the series fails on this pin") if blocked else ""))
+    for arch, (result, src, _tree, patches) in runs:
+        chosen = [p for p in patches if ids is None or p.id in ids]
+        before = {p.patch_id: (p.status.value, p.edit_set,
+                               "; ".join(s.detail for s in p.sites if s.status.failed)) for p in result.patches}
+        blocked = any(Status.worst([s.status for s in p.sites if s.site != editlock.EDIT_LOCK_SITE]).failed
+                      for p in result.patches)
+        written = {} if blocked else {str(path): path for path in editlock.accept(result, chosen)}
+        for patch in chosen:
+            status, edit_set, detail = before.get(patch.id, ("not-applicable", None, ""))
+            path = str(editlock.lock_path(patch))
+            rows.append(LockRow(arch, src.label, result.version, patch.id, status, edit_set,
+                                path if path in written else None,
+                                (detail or "another patch of the series fails on this pin") if blocked else ""))
     return rows
 
 
