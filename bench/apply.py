@@ -11,8 +11,15 @@
   after) on and off, interleaved in this process, and, with ``--baseline-src DIR`` (e.g. the
   main checkout's ``src``), the previous engine run from that code in a subprocess,
   interleaved with this one: goal <= 1.2x.
+- series of N patches (``--series 2,12,30``, issue 22): the real sm120 patches (the shipped
+  one and docs/examples/patches), then copies of them under new ids, every one of which runs
+  (a copy finds its gates already widened: locate, edit, self-check and evaluation all run),
+  the engine with its self-check and evaluation, interleaved: goal N=12 within 1.3x of N=2;
+  and the whole example series (every example patch and the shipped ones: 11, most not for
+  sm120 or not for this release) next to the 2-patch one.
 
     python bench/apply.py [--version 0.5.23] [--flashinfer 0.7.2] [--runs 5] [--baseline-runs 1]
+                          [--series 2,12,30]
 
 Prints medians and ratios as JSON. Goals: apply <= 1.0 s wall including start-up, >= 100x
 faster than parse-all; self-check <= 1.5x; `forgepatch --help` <= 0.25 s.
@@ -48,6 +55,64 @@ def parse_all(package: Path) -> tuple[float, int]:
     return time.perf_counter() - t, len(files)
 
 
+def series_of_n(tree, version: str, lengths: list[int], runs: int) -> dict:
+    """The engine on series of each length in ``lengths`` (see the module doc), interleaved."""
+    import tempfile
+    import tomllib
+
+    from forgepatch.arch import get_arch
+    from forgepatch.patching import astview, functions
+    from forgepatch.patching.engine import run_patches
+    from forgepatch.patching.patchset import load_patch
+    from forgepatch.patching.trees import DirTree
+    from forgepatch.paths import SHIPPED_PATCHES
+
+    examples = sorted((Path(__file__).resolve().parents[1] / "docs" / "examples" / "patches").glob("*.toml"))
+    shipped = sorted(SHIPPED_PATCHES.glob("*.toml")) + sorted(SHIPPED_PATCHES.glob("*.py"))
+    fusion = SHIPPED_PATCHES / "sm120-flashinfer-allreduce-fusion.toml"
+    real = [fusion] + [p for p in examples if "sm120" in tomllib.loads(p.read_text())["arches"]]
+    where = Path(tempfile.mkdtemp(prefix="bench-series-"))
+
+    def series(n: int) -> list:
+        out, k = [], 0
+        while len(out) < n:
+            for path in real[: n - len(out)]:
+                text = path.read_text()
+                pid = tomllib.loads(text)["id"]
+                new = f"{pid}-copy{k}" if k else pid
+                (where / f"{new}.toml").write_text(text.replace(f'id = "{pid}"', f'id = "{new}"', 1))
+                out.append(load_patch(where / f"{new}.toml"))
+            k += 1
+        return out
+
+    arch = get_arch("sm120")
+    made = {n: series(n) for n in lengths}
+    made["examples"] = [load_patch(p) for p in [fusion] + examples + [q for q in shipped if q != fusion]]
+
+    def engine(patches) -> float:
+        astview.view.cache_clear()
+        functions.defs_of.cache_clear()
+        t = time.perf_counter()
+        res = run_patches(DirTree(tree.package, True), patches, arch, version)
+        assert res.verified and not res.drift, res.to_json()
+        return time.perf_counter() - t
+
+    times: dict = {n: [] for n in made}
+    for _ in range(runs):
+        for n, patches in made.items():
+            times[n].append(engine(patches))
+    med = {n: statistics.median(v) for n, v in times.items()}
+    first = lengths[0]
+    doc = {f"series_{n}_engine_s_median": round(med[n], 3) for n in lengths}
+    doc.update({f"series_{n}_vs_{first}_ratio": round(med[n] / med[first], 2) for n in lengths[1:]})
+    doc["series_examples_patches"] = len(made["examples"])
+    doc["series_examples_engine_s_median"] = round(med["examples"], 3)
+    doc[f"series_examples_vs_{first}_ratio"] = round(med["examples"] / med[first], 2)
+    if 12 in med and 2 in med:
+        doc["series_12_within_1_3x_of_2"] = med[12] <= 1.3 * med[2]
+    return doc
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--version", default="0.5.23")
@@ -55,6 +120,7 @@ def main() -> None:
     ap.add_argument("--baseline-runs", type=int, default=1, help="parse-all runs (0: skip)")
     ap.add_argument("--flashinfer", default="0.7.2")
     ap.add_argument("--baseline-src", default=None, help="the previous engine's src/ (PYTHONPATH)")
+    ap.add_argument("--series", default="2,12,30", help="series lengths to time (the first is the baseline)")
     args = ap.parse_args()
 
     from forgepatch.sources import pypi_tree
@@ -136,6 +202,7 @@ def main() -> None:
         if args.baseline_src:
             prev.append(previous())
             cur.append(current())
+    series_doc = series_of_n(tree, args.version, [int(n) for n in args.series.split(",")], args.runs)
     baseline = [parse_all(tree.package) for _ in range(args.baseline_runs)]  # 0: skip the slow baseline
     base = statistics.median(b[0] for b in baseline) if baseline else None
     doc = {
@@ -160,6 +227,7 @@ def main() -> None:
         "sglang_only_series_cli_wall_s_median": round(statistics.median(one_package), 3),
         "two_package_series_cli_wall_s_median": round(statistics.median(two_packages), 3),
         "two_package_vs_sglang_only_ratio": round(statistics.median(two_packages) / statistics.median(one_package), 2),
+        **series_doc,
         "runs": args.runs,
         "baseline_runs": args.baseline_runs,
     }

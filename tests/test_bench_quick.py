@@ -22,7 +22,7 @@ QUICK = {
     "drift.py": ["--first", "22", "--last", "23", "--nightlies-per-release", "1", "--project", "2"],
     "audit.py": ["--dir", str(ROOT / "tests" / "fixtures" / "cuda"), "--rounds", "1"],
     "build.py": ["--rounds", "1", "--json"],
-    "apply.py": ["--runs", "1", "--baseline-runs", "0"],
+    "apply.py": ["--runs", "1", "--baseline-runs", "0", "--series", "2,3"],
     "edit_lock.py": ["--runs", "1"],
     "triage.py": ["--rounds", "1"],
 }

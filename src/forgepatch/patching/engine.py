@@ -35,6 +35,15 @@ class _Overlay:
         self.feature_files: dict[str, list[str]] = {}  # patch id -> files naming a marker and an arch word
         self.scope_notes: dict[str, list[str]] = {}  # patch id -> what the evaluation left out, and why
         self.found: dict[str, dict[str, list[str]]] = {}  # patch id -> site -> functions found
+        # a series of several patches reads each file once and parses each text once: the
+        # bytes of the tree's files, and per file the libcst module of its current text
+        # (the one a parse gave, or the one the last patch's edit produced: its code is that text)
+        self.keep_bytes = False
+        self._bytes: dict[str, bytes] = {}
+        self.modules: dict[str, tuple[str, cst.Module]] = {}
+        # the same for the evaluation: ast trees of texts, parsed modules a file imports from
+        self.ast_trees: dict[str, tuple[str, Any]] = {}
+        self.library_files: dict[str, tuple[bytes, Any]] = {}
 
     def read_text(self, rel: str) -> str | None:
         if rel in self.texts:
@@ -42,14 +51,28 @@ class _Overlay:
         if rel not in self._paths:
             return None
         if rel not in self.sources:
-            self.sources[rel] = sourcetext.decode(self.tree.read(rel))
+            self.sources[rel] = sourcetext.decode(self._bytes.get(rel) or self.tree.read(rel))
         return self.sources[rel].text
 
     def read_bytes(self, rel: str) -> bytes:
         if rel in self.texts:
             return self.texts[rel].encode(self.sources[rel].encoding, "replace") if rel in self.sources \
                 else self.texts[rel].encode("utf-8")
-        return self.tree.read(rel)
+        if not self.keep_bytes:
+            return self.tree.read(rel)
+        data = self._bytes.get(rel)
+        if data is None:
+            data = self._bytes[rel] = self.tree.read(rel)
+        return data
+
+    def module(self, rel: str, text: str) -> cst.Module:
+        """The libcst module of ``text`` (the file's current text): parsed once per text."""
+        held = self.modules.get(rel)
+        if held is not None and held[0] == text:
+            return held[1]
+        module = parse(text, self.display(rel))
+        self.modules[rel] = (text, module)
+        return module
 
     def check_writable(self, rel: str, new_text: str) -> None:
         """An edited file must be written back in its own encoding: a file that does not
@@ -81,7 +104,7 @@ def edit_file(text: str, rel: str, patch: Patch, sites: list[Site], arch: Arch, 
     wanted = {fn for s in sites for fn in s.functions}
     functions = None if emit else scan_functions(text, wanted)
     if functions is None:
-        module = parse(text, overlay.display(rel))
+        module = overlay.module(rel, text)
         functions = all_functions(module, text, wanted)
     else:
         module = functions[0][3] if functions else cst.Module(body=[])
@@ -130,8 +153,9 @@ def edit_file(text: str, rel: str, patch: Patch, sites: list[Site], arch: Arch, 
     if out is not edited and not ctx.provided:
         ctx.findings.append(Finding(sites[0].name, Status.INCOMPLETE, None, "<module>",
                                     "self-check: finalize_module changed the file without saying what (ctx.provided)", rel))
-    new_text = out.code
+    new_text = text if out is module else out.code  # an unchanged module is its text (libcst round-trips)
     if new_text != text:
+        overlay.modules[rel] = (new_text, out)  # the next patch of the series edits this module
         verify.compiles(new_text, overlay.display(rel), patch.id)
         edited_sites = [f.site for f in ctx.findings if f.status is Status.APPLIED]
         if not edited_sites:
@@ -229,6 +253,8 @@ def run_patches(tree: Tree, patches: list[Patch], arch: Arch, version: str | Non
     overlay = _Overlay(tree)
     paths = tree.paths()
     result = ApplyResult(arch=arch.name, version=version, patchset_hash=patchset_hash(patches))
+    # more than one patch reads the tree: keep its bytes for the next one
+    overlay.keep_bytes = sum(arch.name in p.arches and p.applies(version) for p in patches) > 1
     gaps: list[tuple[Patch, list[lint.LintFinding]]] = []
     evaluated = []
     for patch in patches:

@@ -684,17 +684,25 @@ class Version:
     trees: dict[str, ast.Module] = field(default_factory=dict)
     broken: dict[str, str] = field(default_factory=dict)
 
-    def parse(self, same: Version | None = None) -> None:
+    def parse(self, same: Version | None = None, shared: dict[str, tuple[str, ast.Module]] | None = None) -> None:
         """``same``: the other state; a file whose text did not change shares its tree (read
-        only here; every memo over nodes belongs to one state's judge)."""
+        only here; every memo over nodes belongs to one state's judge). ``shared`` (rel ->
+        (text, tree)) holds the trees of earlier patches of the series: a text parsed once."""
         for rel, text in self.texts.items():
             if same is not None and same.texts.get(rel) == text and rel in same.trees:
                 self.trees[rel] = same.trees[rel]
+                continue
+            held = shared.get(rel) if shared is not None else None
+            if held is not None and held[0] == text:
+                self.trees[rel] = held[1]
                 continue
             try:
                 self.trees[rel] = ast.parse(text)
             except SyntaxError as exc:
                 self.broken[rel] = f"{rel}:{exc.lineno}: {exc.msg}"
+                continue
+            if shared is not None:
+                shared[rel] = (text, self.trees[rel])
 
 
 def arch_reader(index_names: set[str]) -> Callable[[ast.AST], bool]:
@@ -846,16 +854,18 @@ class Reader:
 def verify_patch(before: dict[str, str], after: dict[str, str], library: Callable[[set[str]], list[SourceFile]],
                  markers: list[str], site_functions: dict[str, set[str]], arch: Arch, patch_arches: list[str],
                  widening: bool, absorbed: set[tuple[str, str]], line_back: Callable[[str, int], int],
-                 changed: set[str], within: dict[str, tuple[str, ...]] | None = None) -> list[GateCheck]:
+                 changed: set[str], within: dict[str, tuple[str, ...]] | None = None,
+                 trees: dict[str, tuple[str, ast.Module]] | None = None) -> list[GateCheck]:
     """Judge every gate of the feature in the examined files (``before``/``after``: rel ->
     text, the same keys). ``library`` gives parsed definitions of other modules the examined
     files import (predicates), ``site_functions`` the site functions the engine found
     (rel -> bare names), ``absorbed`` (rel, function) pairs a codemod claims already accept
-    the arch, ``line_back(rel, line)`` an after line as a before line."""
+    the arch, ``line_back(rel, line)`` an after line as a before line; ``trees`` the parsed
+    texts of the series' earlier patches (``Version.parse``)."""
     match = Matcher(markers) if markers else None
     old, new = Version(before), Version(after)
-    old.parse()
-    new.parse(same=old)
+    old.parse(shared=trees)
+    new.parse(same=old, shared=trees)
     checks: list[GateCheck] = []
     for rel, why in new.broken.items():
         checks.append(GateCheck(rel, 0, "<module>", "", UNVERIFIED, f"cannot be evaluated: {why}", None))
@@ -1030,10 +1040,12 @@ def _references(arch: Arch) -> list[str]:
     return [f for f in SIBLINGS if f != arch.gate_family]
 
 
-def library_loader(read_bytes: Callable[[str], bytes | None], paths: set[str]) -> Callable[[set[str]], list[SourceFile]]:
+def library_loader(read_bytes: Callable[[str], bytes | None], paths: set[str],
+                   shared: dict[str, tuple[bytes, SourceFile]] | None = None) -> Callable[[set[str]], list[SourceFile]]:
     """Parsed definitions of the modules examined files import (two levels, star imports
-    followed): what their predicates mean in THIS tree."""
-    cache: dict[str, SourceFile] = {}
+    followed): what their predicates mean in THIS tree. ``shared`` (rel -> (bytes, parsed))
+    carries them from one patch of a series to the next (a file's bytes must be the same)."""
+    cache: dict[str, tuple[bytes, SourceFile]] = shared if shared is not None else {}
 
     def load(examined: set[str]) -> list[SourceFile]:
         todo, seen, out = [(rel, 0) for rel in examined], set(examined), []
@@ -1046,10 +1058,11 @@ def library_loader(read_bytes: Callable[[str], bytes | None], paths: set[str]) -
                 for cand in module_files(module):
                     if cand in paths and cand not in seen:
                         seen.add(cand)
-                        if cand not in cache:
-                            cdata = read_bytes(cand) or b""
-                            cache[cand] = parse_file(cand, cdata, ARCH_BYTES)
-                        out.append(cache[cand])
+                        cdata = read_bytes(cand) or b""
+                        held = cache.get(cand)
+                        if held is None or held[0] != cdata:
+                            held = cache[cand] = (cdata, parse_file(cand, cdata, ARCH_BYTES))
+                        out.append(held[1])
                         if depth < 2:
                             todo.append((cand, depth + 1))
         return out

@@ -206,12 +206,12 @@ def evaluate(patch: Patch, pres, before: dict[str, str], overlay, arch: Arch, pa
         except (KeyError, OSError):
             return None
 
-    library = evaluation.library_loader(read_bytes, set(paths))
+    library = evaluation.library_loader(read_bytes, set(paths), overlay.library_files)
     markers = sorted({m for s in patch.sites for m in s.markers})
     return evaluation.verify_patch(olds, news, library, markers, sites, arch, list(patch.arches),
                                    widening=patch.covers_gates, absorbed=absorbed, line_back=line_back,
                                    changed=changed, within={fn: site.within for site in patch.sites if site.within
-                                                            for fn in site.functions})
+                                                            for fn in site.functions}, trees=overlay.ast_trees)
 
 
 _CHECK_STATUS = {"unverified": Status.UNVERIFIED, "wrong": Status.WRONG, "incomplete": Status.INCOMPLETE}
