@@ -65,7 +65,7 @@ def _unlocked_shipped() -> Path:
     return _UNLOCKED[0]
 
 
-def run(tree_changes: dict[str, str], release, patches=None, arch="sm120", version="0.5.23", **kw):
+def run(tree_changes: dict[str, str], release, patches=None, arch="sm120", version="0.5.23", ids=None, **kw):
     """The arch's series on the release with ``tree_changes`` over it, in memory."""
     from forgepatch.arch import get_arch
     from forgepatch.patching.patchset import load_patches
@@ -73,7 +73,7 @@ def run(tree_changes: dict[str, str], release, patches=None, arch="sm120", versi
     from forgepatch.patching.trees import DirTree, OverlayTree
 
     pdir = patches or _unlocked_shipped()
-    ids = [PATCH_ID] if arch in ("sm120", "sm121") else ["sm103-ep-cuda-graph-guard"]
+    ids = ids or ([PATCH_ID] if arch in ("sm120", "sm121") else ["sm103-ep-cuda-graph-guard"])
     series = Series(get_arch(arch), tuple(load_patches(pdir, ids)))
     result = run_series(series, OverlayTree(DirTree(release.package), tree_changes, pristine=True), version, **kw)
     return _without_no_lock_review(result) if patches is None else result
@@ -412,3 +412,22 @@ def test_check_and_diff_say_what_they_did(release, tmp_path):
     assert "auto-enable-gate" in diff.err and "not-applicable" in diff.err
     assert diff.out.startswith("--- a/sglang/srt/layers/communicator.py")
     ast.parse((release.package / ADD_NORM).read_text())  # the fixture tree is intact
+
+
+def test_a_status_scan_carries_a_failure_only_the_run_with_texts_sees(release, tmp_path):
+    """A drift scan edits functions in memory and never runs ``finalize_module``: a codemod
+    that changes the module there without saying so is caught by the run with texts only.
+    The scan must say what apply says, incomplete, with the same location and message, not
+    just a worse status with no reason (issue 21: carry_evaluation for a non-evaluation cause)."""
+    what, body, final, message = CASES["adds-silently"]
+    pdir = tmp_path / "patches"
+    pdir.mkdir()
+    (pdir / "adds-silently.py").write_text(LYING.format(pid="adds-silently", what=what, body=body, final=final))
+    full = run({}, release, patches=pdir, ids=["adds-silently"])
+    scan = run({}, release, patches=pdir, ids=["adds-silently"], cache={})
+    for res in (full, scan):
+        (pres,) = res.patches
+        site = next(s for s in pres.sites if s.site == "s")
+        assert site.status.value == "incomplete" and pres.status.failed, res.to_json()
+        assert any(message in loc.detail and loc.file == FUSION for loc in site.locations), res.to_json()
+        assert message in site.detail

@@ -156,9 +156,24 @@ def carry_evaluation(scan, full) -> None:
         site = next((s for s in other.sites if s.site == SELF_CHECK_SITE), None)
         if site is not None:
             _add(pres, [loc for loc in site.locations if (loc.status, loc.file, loc.line, loc.detail) not in have])
+        # a site the run with texts failed for another cause than the evaluation (a module
+        # edit only a run with texts makes, e.g. finalize_module changing the file unreported):
+        # the scan's site says so too, with the same locations
+        mine = {s.site: s for s in pres.sites}
+        for osite in other.sites:
+            target = mine.get(osite.site)
+            if osite.site == SELF_CHECK_SITE or target is None or not osite.status.failed:
+                continue
+            seen = {(loc.status, loc.file, loc.line, loc.detail) for loc in target.locations}
+            target.locations += [loc for loc in osite.locations if loc.status.failed
+                                 and (loc.status, loc.file, loc.line, loc.detail) not in seen]
+            if not target.status.failed:
+                target.detail = osite.detail
+            target.status = Status.worst([target.status, osite.status])
         if other.status.failed and not pres.status.failed:
             # the run with texts failed where the scan did not (whatever the cause): the worse holds
             pres.status = other.status
+        pres.status = Status.worst([pres.status] + [s.status for s in pres.sites])
 
 
 def evaluate(patch: Patch, pres, before: dict[str, str], overlay, arch: Arch, paths: list[str]):
