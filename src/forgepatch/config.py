@@ -413,8 +413,6 @@ def _bare_key(piece: str) -> str:
     if piece[:1] == "'" and piece[-1:] == "'" and len(piece) > 1:
         return piece[1:-1]
     if piece[:1] == '"' and piece[-1:] == '"' and len(piece) > 1:
-        import tomllib
-
         try:
             return tomllib.loads(f"k = {piece}")["k"]
         except tomllib.TOMLDecodeError:
