@@ -52,18 +52,29 @@ def _cli(args, cwd, prefix=(), env=None) -> subprocess.CompletedProcess:
 PATIENT = {**ENV, "FORGEPATCH_LOCK_TIMEOUT": "500"}  # six runs queue on a shared 2-core CI machine
 
 
+FORK_LINE = re.compile(r"^(\d+) +(?:<\.\.\. )?(?:clone3?|fork|vfork)\b.* = (\d+)$")
+
+
 def fs_calls(strace: str, args, cwd: Path, log: Path) -> list[tuple[str, int]]:
-    """(syscall, its ordinal among the main process's calls of that name) for each call of
-    FS_CALLS the run makes, in order."""
-    run = _cli(args, cwd, (strace, "-f", "--seccomp-bpf", "-qq", "-o", str(log), "-e", "trace=" + ",".join(FS_CALLS)))
+    """(syscall, its ordinal among the worker's calls of that name) for each call of FS_CALLS
+    the run makes, in order. The worker is the CLI's first child (infra/supervisor.py: the
+    ``forgepatch`` process waits while a forked worker runs the command); git and the
+    others it spawns are left out."""
+    trace = "trace=" + ",".join((*FS_CALLS, "clone", "clone3", "fork", "vfork"))
+    run = _cli(args, cwd, (strace, "-f", "--seccomp-bpf", "-qq", "-o", str(log), "-e", trace))
     assert run.returncode == 0, run.stderr
     seen: dict[str, int] = {}
-    out, main = [], None
+    out, cli, main = [], None, None
     for line in log.read_text().splitlines():
+        cli = cli or line.split(" ", 1)[0]  # strace's first tracee is the CLI itself
+        fork = FORK_LINE.match(line)
+        if fork and main is None and fork.group(1) == cli:
+            main = fork.group(2)
+            continue
         m = CALL_LINE.match(line)
         if not m:
             continue
-        main = main or m.group(1)  # strace's first tracee is the CLI itself
+        assert m.group(1) != cli or m.group(2) not in FS_CALLS, f"the waiting CLI changed the file system: {line}"
         if m.group(1) == main and m.group(2) in FS_CALLS:
             seen[m.group(2)] = seen.get(m.group(2), 0) + 1
             out.append((m.group(2), seen[m.group(2)]))

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from support.badinput import MATRIX, PATCH_LOCK, PATCH_TOML, LOCATED, one_line_error, run, tiny_patch, tiny_tree
+from support.badinput import COMM, MATRIX, PATCH_LOCK, PATCH_TOML, LOCATED, one_line_error, run, tiny_patch, tiny_tree
 
 SEED = int(os.environ.get("FORGEPATCH_FUZZ_SEED", "16"))
 SCALE = float(os.environ.get("FORGEPATCH_FUZZ_N", "1"))
@@ -483,3 +483,140 @@ def test_hostile_custom_patches_are_one_line_exit_2(world, tmp_path, monkeypatch
     assert not target.exists(), "the patch created a file outside its result"
     assert victim.read_text() == "kept" and victim.stat().st_mode & 0o777 == 0o644, "the patch changed a file"
     assert (victim_dir / "kept").read_text() == "kept", "the patch removed a tree"
+
+
+# -- hostile sources (issue 28 item 4): parser limits by meaning, never a crash or a hang --------
+N_SOURCES = int(16 * SCALE)
+ROOT_SRC = Path(__file__).resolve().parents[1] / "src"
+OPEN_CLOSE = ("()", "[]", "{}")
+
+
+def _nest(rng: random.Random, depth: int) -> str:
+    """An expression nested ``depth`` brackets deep, the kinds mixed (a valid literal)."""
+    kinds = [rng.choice(OPEN_CLOSE) for _ in range(depth)]
+    inner = "1"
+    for o, c in reversed(kinds):
+        inner = f"{o}{inner}{',' if o == '(' and rng.random() < 0.3 else ''}{c}"
+    return inner
+
+
+def _hostile_source(rng: random.Random) -> tuple[str, str | None, str]:
+    """(text appended to the edited module, the refusal expected or None, a label). The
+    generator knows which side of each limit its text is on (parselimits: 100 brackets, a
+    chain of 300 operators, 10,000 operators in a statement, 4 MiB), never within a few
+    units of one."""
+    kind = rng.choice(["nest", "nest", "nest-in-string", "nest-in-comment", "terms", "terms", "size", "indent"])
+    if kind == "indent":  # blocks nested in blocks: the tokenizer's limit is 100 levels, as CPython's
+        depth = rng.choice([10, 60, 150, 1000])
+        body = "".join("    " * i + "if x:\n" for i in range(depth)) + "    " * depth + "pass\n"
+        return body, ("too many indentation levels" if depth >= 100 else None), f"indent {depth}"
+    if kind == "nest":
+        depth = rng.choice([5, 40, 90, 120, 300, 2500, 6000])
+        return f"x = {_nest(rng, depth)}\n", ("nested more than" if depth > 100 else None), f"nest {depth}"
+    if kind in ("nest-in-string", "nest-in-comment"):
+        depth = rng.choice([300, 6000])
+        body = "(" * depth + "[" * rng.randint(0, 9)
+        text = f"s = {body!r}\n" if kind == "nest-in-string" else f"# {body}\n"
+        return text, None, f"{kind} {depth}"  # brackets in a string or comment are not nesting
+    if kind == "terms":  # a chain of operators (libcst recurses once per operator), or a flat list
+        op = rng.choice([" + ", " * ", " or ", " - ", " and ", ", ", ", "])
+        if op == ", ":
+            n = rng.choice([2000, 5000, 15000, 120000])
+            item = rng.choice(["1", "-1", "a + b", "(c * d)"])
+            return f"x = [{op.join([item] * n)}]\n", ("expression too large" if n > 10000 else None), f"list {n} of {item}"
+        n = rng.choice([50, 250, 400, 2000, 60000])
+        wrap = rng.choice(["{}", "({})", "f({})", "[0, {}]"])
+        return f"x = {wrap.format(op.join(['1'] * n))}\n", ("expression too large" if n > 300 else None), f"chain {n}{op.rstrip()}"
+    # a large real module is ~400 KB (libcst parses, prints and CPython compiles ~1 MiB in
+    # ~10 s, linearly: a quarter MiB stays within the 10 s); 20 MB: tests/test_parse_limits.py
+    kib = rng.choice([256, 5 << 10])
+    line = f"y_{rng.randrange(10**6)} = {rng.randrange(10**9)}\n"
+    return line * ((kib << 10) // len(line) + 1), ("file too large" if kib > 4 << 10 else None), f"size {kib} KiB"
+
+
+def _hostile_link(rng: random.Random, src: Path, outside: Path) -> tuple[str | None, str]:
+    """Maybe a directory link somewhere in the tree: (the refusal expected with --out, label)."""
+    where = rng.choice([src / "sglang", src / "sglang" / "srt"])
+    kind = rng.choice(["none", "none", "inside", "ancestor loop", "self loop", "escape"])
+    name = f"l{rng.randrange(1000)}"
+    if kind == "inside":
+        (where / name).symlink_to("utils.py" if where.name == "srt" else "srt/utils.py")
+        return None, "link inside"
+    if kind == "ancestor loop":
+        (where / name).symlink_to("..")  # from sglang/ that is the source root: outside the package
+        return "loop|outside the tree", "ancestor loop"
+    if kind == "self loop":
+        (where / name).symlink_to(name)
+        return "loop", "self loop"
+    if kind == "escape":
+        (where / name).symlink_to(outside)
+        return "outside the tree", "escape"
+    return None, "no link"
+
+
+def test_fuzzed_hostile_sources(tmp_path):
+    """Seeded hostile source trees through the real CLI in a subprocess (a native crash must
+    not take pytest down): deep nesting of mixed brackets, the same inside strings and
+    comments, huge expressions, huge files, directory links that loop or escape. Each run
+    ends within 10 s; under every limit it gives exactly the clean tree's result (the patch
+    applied, the hostile text kept byte for byte); past one it is one line naming the file
+    (or the link) and exit 2, nothing written. 0 crashes, 0 hangs."""
+    import subprocess
+    import sys
+    import time
+
+    rng = random.Random(SEED + 4)
+    env = {"PYTHONPATH": str(ROOT_SRC), "PATH": "/usr/bin:/bin"}
+    (tmp_path / "patches").mkdir()
+    tiny_patch(tmp_path / "patches")
+    (tmp_path / "matrix.toml").write_text(MATRIX)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "secret.py").write_text("x = 1\n")
+
+    def cli(src: Path, *args) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "forgepatch", "--config", tmp_path / "matrix.toml", "--patches",
+                               tmp_path / "patches", "apply", "--arch", "sm120", "--source", src, *args],
+                              capture_output=True, text=True, timeout=60, env=env)
+
+    clean = tiny_tree(tmp_path / "clean")
+    base = cli(clean, "--out", tmp_path / "clean-out")
+    assert base.returncode == 0, base.stderr
+    check = cli(clean, "--check")  # 1: "would change 1 file(s)"
+    assert check.returncode == 1 and "would change 1 file(s)" in check.stdout, check.stdout + check.stderr
+    patched = (tmp_path / "clean-out" / "sglang" / "srt" / "comm.py").read_text()
+    outcomes: dict[str, int] = {}
+    for i in range(N_SOURCES):
+        src = tiny_tree(tmp_path / f"s{i}")
+        text, refusal, label = _hostile_source(rng)
+        (src / "sglang" / "srt" / "comm.py").write_text(COMM + "\n" + text)
+        link_refusal, link_label = _hostile_link(rng, src, outside)
+        mode = rng.choice(["--check", "--out"])
+        out = tmp_path / f"o{i}"
+        case = f"case {i} (seed {SEED + 4}): {label}, {link_label}, {mode}"
+        start = time.monotonic()
+        try:
+            res = cli(src, *(["--check"] if mode == "--check" else ["--out", out]))
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{case}: no answer in 60 s") from None
+        took = time.monotonic() - start
+        assert took < 10, (case, took)
+        assert res.returncode in (0, 1, 2), (case, res.returncode, res.stderr[-500:])
+        want = refusal or (link_refusal if mode == "--out" else None)
+        if want is None:  # the clean tree's result
+            assert res.returncode == (0 if mode == "--out" else 1) and not res.stderr, (case, res.stderr[-500:])
+            if mode == "--out":
+                got = (out / "sglang" / "srt" / "comm.py").read_text()
+                assert got == patched + "\n" + text, case
+        else:
+            lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+            assert res.returncode == 2 and len(lines) == 1, (case, res.returncode, res.stderr[-500:])
+            assert re.search(want, lines[0]), (case, lines[0])
+            if refusal:
+                assert re.search(r"comm\.py:\d+: ", lines[0]), (case, lines[0])
+            assert not (out / "sglang").exists(), case
+        outcomes[want or "ok"] = outcomes.get(want or "ok", 0) + 1
+        shutil.rmtree(src)
+        shutil.rmtree(out, ignore_errors=True)
+    print(f"\nfuzzed hostile sources (seed {SEED + 4}): {outcomes}")
+    assert outcomes.get("ok", 0) >= N_SOURCES // 6 and len(outcomes) >= 3, outcomes

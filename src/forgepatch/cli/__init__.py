@@ -211,4 +211,11 @@ def last_resort(exc: BaseException) -> str:
 
 
 def entry() -> None:  # pragma: no cover - console script shim
-    sys.exit(main())
+    """The ``forgepatch`` process: each command runs in a forked worker, so a crash in native
+    code is one line and exit 2 (infra/supervisor.py); --help and --version run here."""
+    args = sys.argv[1:]
+    if not args or {"-h", "--help", "--version"} & set(args):
+        sys.exit(main())
+    from forgepatch.infra import supervisor
+
+    sys.exit(supervisor.run(main, debug="--debug" in args))

@@ -20,8 +20,9 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
-from difflib import SequenceMatcher
 from typing import Any, Iterable
+
+from forgepatch.patching.linediff import opcodes
 
 MODULE = "<module>"
 
@@ -102,8 +103,7 @@ def file_edits(rel: str, before: str, after: str, *, added: bool = False) -> lis
     if old_chunks is not None and new_chunks is not None:
         edits: list[Edit] = []
         ok = True
-        matcher = SequenceMatcher(None, [c[1] for c in old_chunks], [c[1] for c in new_chunks], autojunk=False)
-        for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        for tag, i1, i2, j1, j2 in opcodes([c[1] for c in old_chunks], [c[1] for c in new_chunks]):
             if tag == "equal":
                 continue
             piece_b, piece_a = _join(old_chunks[i1:i2]), _join(new_chunks[j1:j2])
@@ -172,7 +172,7 @@ def text_edits(rel: str, before: str, after: str, *, added: bool = False) -> lis
                                                f"sha256 {hashlib.sha256(raw).hexdigest()[:12]}>",))]
     old, new = [_text_line(x) for x in before.splitlines()], [_text_line(x) for x in after.splitlines()]
     edits = []
-    for tag, i1, i2, j1, j2 in SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+    for tag, i1, i2, j1, j2 in opcodes(old, new):
         if tag != "equal":
             edits.append(Edit(rel, TEXT_SCOPE, (), tuple(old[i1:i2]), tuple(new[j1:j2]), i1 + 1))
     return edits
@@ -199,7 +199,7 @@ def _edits(rel: str, old_tree: ast.Module, before: str, new_tree: ast.Module, af
         bt, at = [i[0] for i in b], [i[0] for i in a]
         if bt == at:
             continue
-        for tag, i1, i2, j1, j2 in SequenceMatcher(None, bt, at, autojunk=False).get_opcodes():
+        for tag, i1, i2, j1, j2 in opcodes(bt, at):
             if tag == "equal":
                 continue
             within = b[i1][1] if i1 < i2 else a[j1][1]

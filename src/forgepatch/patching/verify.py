@@ -19,12 +19,11 @@ and takes away the gates the codemod reported widening there.
 
 from __future__ import annotations
 
-import difflib
 from collections import Counter
 
 from forgepatch.arch import Arch
 from forgepatch.errors import BadInput
-from forgepatch.patching import lint
+from forgepatch.patching import lint, linediff
 from forgepatch.patching.codemods.base import Finding
 from forgepatch.patching.model import (
     INCOMPLETE_HINT, SELF_CHECK_SITE, ApplyResult, Location, SiteResult, Status,
@@ -42,7 +41,7 @@ def compiles(text: str, where: str, patch_id: str) -> None:
 
 def _line_map(old: str, new: str):
     """new line number -> old line number (lines the edit did not touch map exactly)."""
-    ops = difflib.SequenceMatcher(None, old.splitlines(), new.splitlines()).get_opcodes()
+    ops = linediff.opcodes(old.splitlines(), new.splitlines(), autojunk=True)
 
     def back(line: int) -> int:
         j = line - 1
