@@ -14,6 +14,7 @@ import os
 import random
 import re
 import shutil
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -420,6 +421,7 @@ def test_fuzzed_huge_and_odd_integers(world, tmp_path):
 # -- hostile custom patches (issue 28 item 3): never exit 0, never a hang -------------------------
 VICTIM = "/tmp/forgepatch-hostile-victim"  # a file and a tree outside the run: a patch must leave them
 VICTIM_DIR = "/tmp/forgepatch-hostile-dir"
+LISTENER = "/tmp/forgepatch-hostile-listener.sock"  # a unix socket a patch must not reach (the Docker engine's, say)
 HOSTILE_BODIES = {
     "os._exit at import": "import os\nos._exit(0)\n",
     "SIGSEGV at import": "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n",
@@ -442,6 +444,12 @@ HOSTILE_BODIES = {
     "chmods a file in finalize_module": PY_PATCH_DICT + "class Codemod(SiteCodemod):\n    def edit_function(self, func, site, symbol, ctx):\n        return None\n"
                                         "    def finalize_module(self, module, ctx):\n        import os\n"
                                         f"        os.chmod({VICTIM!r}, 0)\n        return module\n",
+    # what changes files or reaches out past the "open" event: SQLite creates its file in C, a
+    # unix socket's bind creates one, a connect reaches the Docker engine or a registry
+    "creates a database at import": "import sqlite3\nsqlite3.connect('/tmp/forgepatch-hostile-write').execute('create table t(x)')\n",
+    "binds a unix socket in edit_function": PY_PATCH_DICT + "class Codemod(SiteCodemod):\n    def edit_function(self, func, site, symbol, ctx):\n"
+                                            "        import socket\n        socket.socket(socket.AF_UNIX).bind('/tmp/forgepatch-hostile-write')\n        return None\n",
+    "connects to a unix socket at import": f"import socket\nsocket.socket(socket.AF_UNIX).connect({LISTENER!r})\n",
     # a patch that sees the refusal at import, imports cleanly, and tries again in its edit
     "catches the refusal at import, deletes in edit_function": (
         f"import os\ntry:\n    os.remove({VICTIM!r})\nexcept OSError:\n    pass\n\n" + PY_PATCH_DICT
@@ -468,6 +476,11 @@ def test_hostile_custom_patches_are_one_line_exit_2(world, tmp_path, monkeypatch
     (victim_dir / "kept").write_text("kept")
     victim.write_text("kept")
     victim.chmod(0o644)
+    Path(LISTENER).unlink(missing_ok=True)
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(LISTENER)
+    listener.listen(8)
+    listener.setblocking(False)
     for args in (["apply", "--arch", "sm120", "--source", src, "--check"],
                  ["apply", "--arch", "sm120", "--source", src, "--out", tmp_path / "out"]):
         start = time.monotonic()
@@ -483,6 +496,13 @@ def test_hostile_custom_patches_are_one_line_exit_2(world, tmp_path, monkeypatch
     assert not target.exists(), "the patch created a file outside its result"
     assert victim.read_text() == "kept" and victim.stat().st_mode & 0o777 == 0o644, "the patch changed a file"
     assert (victim_dir / "kept").read_text() == "kept", "the patch removed a tree"
+    try:
+        reached = listener.accept()
+    except BlockingIOError:
+        reached = None
+    listener.close()
+    Path(LISTENER).unlink(missing_ok=True)
+    assert reached is None, "the patch connected to a unix socket"
 
 
 # -- hostile sources (issue 28 item 4): parser limits by meaning, never a crash or a hang --------

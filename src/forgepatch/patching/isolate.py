@@ -35,6 +35,10 @@ _REFUSED_EVENTS = frozenset({
     "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "subprocess.Popen", "pty.spawn",
     "os.kill", "os.killpg", "signal.pthread_kill", "ctypes.dlopen", "ctypes.dlsym", "ctypes.call_function",
     "_thread.start_new_thread", "os.startfile", "os.add_dll_directory",
+    # a socket reaches what the patch may not touch itself (the Docker engine's socket, a registry,
+    # a download); binding a unix socket creates a file
+    "socket.bind", "socket.connect", "socket.sendto", "socket.sendmsg",
+    "sqlite3.enable_load_extension", "sqlite3.load_extension",
 })
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 _guarded: set[int] = set()  # thread idents the audit hook holds (the hook itself cannot be removed)
@@ -53,6 +57,9 @@ def _audit(event: str, args: tuple) -> None:
         raise PermissionError(f"a patch may not {event.replace('.', ' ', 1)} (forgepatch runs patch code read-only)")
     if event == "open" and len(args) >= 3 and isinstance(args[2], int) and args[2] & _WRITE_FLAGS:
         raise PermissionError(f"a patch may not open {args[0]!r} for writing (forgepatch runs patch code read-only)")
+    if event == "sqlite3.connect" and args and str(args[0]) not in (":memory:", ""):
+        # SQLite opens (and creates) its file in C, past the "open" event
+        raise PermissionError(f"a patch may not open the database {args[0]!r} (forgepatch runs patch code read-only)")
 
 
 def guard_thread(everywhere: bool = False) -> Callable[[], None]:
