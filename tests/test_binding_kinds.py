@@ -48,6 +48,8 @@ SHAPES = {
         "from functools import lru_cache, partial\n\nfrom sglang.srt.utils.common import _check_cuda_device_version\n\n"
         f"{NAME} = lru_cache(maxsize=1)(partial(_check_cuda_device_version, device_capability_majors=[12], "
         "cuda_version=(12, 8)))\n", "call"),
+    "import with a flag fallback": (f"try:\n    from sglang.srt.utils import is_sm120_supported as {NAME}\n"
+                                    f"except ImportError:\n    {NAME} = False\n", "unverified"),
     "bool constant": (f"{NAME} = {TEST}\n", "flag"),
     "stored result of an imported predicate": ("from sglang.srt.utils import is_sm120_supported\n\n"
                                                f"{NAME} = is_sm120_supported()\n", "flag"),
@@ -160,3 +162,29 @@ def test_classifier_over_generated_binding_shapes(first, second, wrap, twice):
     assert got.kind == want, (text, got)
     if got.kind == UNKNOWN:
         assert got.line >= text[:text.index("x = ")].count("\n") + 1  # a line of one of the bindings
+
+
+@pytest.mark.parametrize("version", sorted(REAL))
+def test_bindings_are_followed_through_the_real_tree(version):
+    """Imports resolve through the release's own modules: ``is_sm120_supported`` is
+    ``lru_cache(maxsize=1)(partial(_check_cuda_device_version, ...))`` in its utils (a
+    predicate); an import with a callable fallback is one function; a stored result of the
+    predicate is a flag; the same import with a flag fallback is unknown at the fallback."""
+    from forgepatch.patching.bindings import resolved
+
+    files, rel, func = _files(version)
+    read = files.get
+    imp = "from sglang.srt.utils import is_sm120_supported\n"
+    cases = {
+        imp: ("is_sm120_supported", FUNCTION),
+        imp + "x = is_sm120_supported()\n": ("x", BOOL),
+        imp + "x = is_sm120_supported\n": ("x", FUNCTION),
+        "try:\n    from sglang.srt.utils import is_sm120_supported as x\nexcept ImportError:\n    x = lambda: False\n":
+            ("x", FUNCTION),
+        "try:\n    from sglang.srt.utils import is_sm120_supported as x\nexcept ImportError:\n    x = False\n": ("x", UNKNOWN),
+    }
+    for snippet, (name, kind) in cases.items():
+        text, first = _bind(files[rel], func, snippet)
+        got = resolved(read, rel, text, name)
+        assert got is not None and got.kind == kind, (snippet, got)
+        assert first <= got.line < first + snippet.count("\n")

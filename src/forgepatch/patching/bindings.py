@@ -129,23 +129,15 @@ class _Module:
                         yield t.id, None
 
     # -- one name ---------------------------------------------------------------------
+    def each(self, name: str, seen: frozenset = frozenset()) -> list[Binding]:
+        """Every top-level binding of ``name``, classified, in source order."""
+        found = self.bound.get(name, [])
+        if found and (name in seen or len(seen) > _DEPTH):
+            return [Binding(UNKNOWN, f"{name} is bound through a cycle of aliases", found[0][0].lineno)]
+        return [self._statement(name, stmt, value, seen | {name}) for stmt, value in found]
+
     def kind(self, name: str, seen: frozenset = frozenset()) -> Binding | None:
-        found = self.bound.get(name)
-        if not found:
-            return None
-        if name in seen or len(seen) > _DEPTH:
-            return Binding(UNKNOWN, f"{name} is bound through a cycle of aliases", found[0][0].lineno)
-        kinds = [self._statement(name, stmt, value, seen | {name}) for stmt, value in found]
-        first = kinds[0]
-        bad = next((k for k in kinds if k.kind == UNKNOWN), None)
-        if bad is not None:
-            return bad
-        if any((k.kind, k.detail if k.kind in (IMPORT, CALL) else "") != (first.kind, first.detail if first.kind in (IMPORT, CALL) else "")
-               for k in kinds):
-            lines = ", ".join(str(k.line) for k in kinds)
-            return Binding(UNKNOWN, f"{name} is bound {len(kinds)} times in different ways (lines {lines})",
-                           kinds[1].line if len(kinds) > 1 else first.line)
-        return first._replace(predicate=all(k.predicate for k in kinds))
+        return merge(name, self.each(name, seen))
 
     def _statement(self, name: str, stmt: ast.stmt, value: ast.AST | None, seen: frozenset) -> Binding:
         line = stmt.lineno
@@ -192,7 +184,7 @@ class _Module:
             bound = self.kind(expr.id, seen)
             if bound is None:
                 return Binding(UNKNOWN, f"{name} = {code}: {expr.id} is not bound at the module's top level", line)
-            return bound._replace(line=line) if bound.kind != UNKNOWN else bound._replace(line=line)
+            return bound._replace(line=line)  # an alias: what it names, at the alias's line
         if isinstance(expr, ast.Attribute):
             if expr.attr.startswith("is_sm") and expr.attr[5:].isdigit():
                 return Binding(BOOL, code, line)  # a platform fact (get_platform().is_sm100)
@@ -236,6 +228,26 @@ class _Module:
         return Binding(UNKNOWN, f"{name} = {code}: a cache of something not known to be callable", line)
 
 
+def merge(name: str, kinds: list[Binding]) -> Binding | None:
+    """One binding for several: their kind when all agree (an IMPORT or CALL: of the same
+    ``MODULE:ORIG``), else UNKNOWN at the first binding that disagrees."""
+    if not kinds:
+        return None
+    bad = next((k for k in kinds if k.kind == UNKNOWN), None)
+    if bad is not None:
+        return bad
+
+    def key(k: Binding) -> tuple[str, str]:
+        return k.kind, (k.detail if k.kind in (IMPORT, CALL) else "")
+
+    first = kinds[0]
+    other = next((k for k in kinds if key(k) != key(first)), None)
+    if other is not None:
+        lines = ", ".join(str(k.line) for k in kinds)
+        return Binding(UNKNOWN, f"{name} is bound {len(kinds)} times in different ways (lines {lines})", other.line)
+    return first._replace(predicate=all(k.predicate for k in kinds))
+
+
 @lru_cache(maxsize=64)
 def _module(text: str) -> _Module | None:
     try:
@@ -245,21 +257,30 @@ def _module(text: str) -> _Module | None:
 
 
 @lru_cache(maxsize=1024)
+def _each(text: str, name: str) -> tuple[Binding, ...]:
+    module = _module(text)
+    return tuple(module.each(name)) if module is not None else ()
+
+
 def binding(text: str, name: str) -> Binding | None:
     """How ``text`` binds ``name`` at its top level (see the module's docstring); None if it
     does not (or the text does not parse: the engine reports that on its own)."""
-    module = _module(text)
-    return module.kind(name) if module is not None else None
+    return merge(name, list(_each(text, name)))
 
 
 def resolved(read: ReadText, rel: str, text: str, name: str, _depth: int = 0) -> Binding | None:
-    """:func:`binding` with IMPORT and CALL followed through the modules of this tree: an
-    import keeps kind IMPORT only when the tree does not define the name; a stored call is
-    BOOL when the callee is a predicate, else UNKNOWN. ``line`` stays this file's."""
-    bound = binding(text, name)
-    if bound is None or bound.kind not in (IMPORT, CALL):
+    """:func:`binding` with each IMPORT and CALL followed through the modules of this tree
+    before the bindings are merged (``try: from a import f`` / ``except: f = lambda: False``
+    is one function): an import keeps kind IMPORT only when the tree does not define the
+    name; a stored call is BOOL when the callee is a predicate, else UNKNOWN. ``line`` stays
+    this file's."""
+    return merge(name, [_follow(read, rel, name, b, _depth) for b in _each(text, name)])
+
+
+def _follow(read: ReadText, rel: str, name: str, bound: Binding, depth: int) -> Binding:
+    if bound.kind not in (IMPORT, CALL):
         return bound
-    target = _target(read, rel, bound.detail, _depth)
+    target = _target(read, rel, bound.detail, depth)
     module = bound.detail.rpartition(":")[0]
     if bound.kind == CALL:
         if target is not None and target.kind == FUNCTION and target.predicate:
@@ -268,8 +289,9 @@ def resolved(read: ReadText, rel: str, text: str, name: str, _depth: int = 0) ->
                                 "not known to return a flag", bound.line)
     if target is None or target.kind == IMPORT:
         return bound
-    return target._replace(line=bound.line, detail=f"{target.detail} (imported from {module})"
-                           if target.kind != UNKNOWN else target.detail)
+    if target.kind == UNKNOWN:
+        return target._replace(line=bound.line)
+    return target._replace(line=bound.line, detail=f"{target.detail} (imported from {module})")
 
 
 def _target(read: ReadText, rel: str, spec: str, depth: int) -> Binding | None:
