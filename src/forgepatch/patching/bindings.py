@@ -258,6 +258,8 @@ def _module(text: str) -> _Module | None:
 
 @lru_cache(maxsize=1024)
 def _each(text: str, name: str) -> tuple[Binding, ...]:
+    if name not in text:  # most asks (is the new name bound yet?): no parse at all
+        return ()
     module = _module(text)
     return tuple(module.each(name)) if module is not None else ()
 
