@@ -188,3 +188,23 @@ def test_bindings_are_followed_through_the_real_tree(version):
         got = resolved(read, rel, text, name)
         assert got is not None and got.kind == kind, (snippet, got)
         assert first <= got.line < first + snippet.count("\n")
+
+
+def test_an_unclassifiable_binding_on_the_cli_exits_1_names_the_line_and_writes_nothing(tmp_path):
+    import shutil
+
+    from forgepatch.sources import pypi_tree
+    from tests.support.cli import forgepatch
+
+    rel, func = REAL["0.5.23"]
+    root = tmp_path / "tree"
+    shutil.copytree(pypi_tree("0.5.23").package, root / "sglang")
+    target = root / "sglang" / rel
+    text, first = _bind(target.read_text(), func, f"{NAME} = torch.cuda.make_probe(12)\n")
+    target.write_text(text)
+    before = {p: p.read_bytes() for p in root.rglob("*.py")}
+    run = forgepatch("apply", "--arch", "sm120", "--source", root, "--in-place")
+    assert run.rc == 1 and "Traceback" not in run.err
+    assert {p: p.read_bytes() for p in root.rglob("*.py")} == before  # nothing written
+    assert "unverified" in run.out + run.err
+    assert f"{rel}:{first}" in " ".join((run.out + run.err).split())  # the binding's file:line
