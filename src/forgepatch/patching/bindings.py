@@ -308,9 +308,3 @@ def _target(read: ReadText, rel: str, spec: str, depth: int) -> Binding | None:
         return None
     return resolved(read, where, text, orig, depth + 1)
 
-
-def imported_kind(read: ReadText, current_rel: str, spec: str) -> str | None:
-    """What ``from MODULE import ORIG`` (``spec`` = "MODULE:ORIG" as written in
-    ``current_rel``) brings: a kind of this module, or None when this tree does not tell."""
-    target = _target(read, current_rel, spec, 0)
-    return None if target is None or target.kind == IMPORT else target.kind
