@@ -339,8 +339,10 @@ class Evaluator:
         if name == "partial" and expr.args:
             target = self.value(expr.args[0], scope)
             if isinstance(target, Func):
-                kwargs = tuple((k.arg, self.value(k.value, scope)) for k in expr.keywords if k.arg)
-                return Partial(target, kwargs)
+                if any(isinstance(a, ast.Starred) for a in expr.args[1:]) or any(not k.arg for k in expr.keywords):
+                    return UNKNOWN
+                kwargs = tuple((k.arg, self.value(k.value, scope)) for k in expr.keywords)
+                return Partial(target, kwargs, tuple(self.value(a, scope) for a in expr.args[1:]))
             return UNKNOWN
         if name in ("lru_cache", "cache", "cached") and not expr.args:
             return _DECORATOR  # lru_cache(maxsize=1) -> applied to what follows
@@ -372,7 +374,7 @@ class Evaluator:
         if isinstance(callee, Partial):
             merged = dict(callee.kwargs)
             merged.update(kwargs)
-            return self.call_value(callee.func, args, merged, scope)
+            return self.call_value(callee.func, [*callee.args, *args], merged, scope)
         node = callee.node
         key = ("call", callee.file, id(node), repr(args), repr(sorted(kwargs.items(), key=lambda kv: kv[0])))
         if key in self._memo:

@@ -158,6 +158,8 @@ class ArchReads:
                         func = value.func if isinstance(value, Partial) else value
                         bound = {k for k, _ in value.kwargs} if isinstance(value, Partial) else set()
                         required = [p for p in _required_params(func.node, func.cls) if p not in bound]
+                        if isinstance(value, Partial):
+                            required = required[len(value.args):]
                         value = ev.call_value(value, [], {}, Scope(d.file, d.cls, {})) if not required else UNKNOWN
                     t = truth(value)
                     verdicts[arch] = ALWAYS if t is True else NEVER if t is False else CONDITIONAL

@@ -61,6 +61,7 @@ class Func:
 class Partial:
     func: Func
     kwargs: tuple[tuple[str, Any], ...]
+    args: tuple[Any, ...] = ()  # ``partial(f, 12)``: bound before the call's own positionals
 
 
 _FAMILY_NAME = re.compile(r"^_?is_sm(\d+)(\d)(?:_supported)?$")

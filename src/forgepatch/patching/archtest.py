@@ -65,31 +65,35 @@ class Need:
 
 
 def _tree_defines(ctx, module: str, name: str) -> bool:
-    from forgepatch.patching.resolve import binding, find_definition
+    """Does ``module`` of this tree provide ``name`` as a function?"""
+    from forgepatch.patching.bindings import FUNCTION, IMPORT, resolved
+    from forgepatch.patching.resolve import find_definition
 
     where = find_definition(ctx.read, module, name)
     text = ctx.read(where) if where else None
     if text is None:
         return False
-    bound = binding(text, name)
-    return bound is None or bound[0] not in ("bool", "class")
+    bound = resolved(ctx.read, where, text, name)
+    return bound is None or bound.kind in (FUNCTION, IMPORT)
 
 
 def _binds(ctx, name: str) -> str | None:
-    from forgepatch.patching.resolve import binding
+    """The kind this file binds ``name`` to (imports followed through the tree), or None."""
+    from forgepatch.patching.bindings import resolved
 
-    bound = binding(ctx.text, name)
-    return bound[0] if bound else None
+    bound = resolved(ctx.read, ctx.rel, ctx.text, name)
+    return bound.kind if bound else None
 
 
 def _platform_has(ctx, attr: str) -> bool:
     """Does the module that gives this file ``get_platform`` know ``.attr``?"""
-    from forgepatch.patching.resolve import absolute_module, binding, find_definition
+    from forgepatch.patching.bindings import IMPORT, binding
+    from forgepatch.patching.resolve import absolute_module, find_definition
 
     bound = binding(ctx.text, "get_platform")
-    if not bound or bound[0] != "import":
+    if not bound or bound.kind != IMPORT:
         return False
-    module, _, orig = bound[1].rpartition(":")
+    module, _, orig = bound.detail.rpartition(":")
     level = len(module) - len(module.lstrip("."))
     where = find_definition(ctx.read, absolute_module(ctx.rel, module.lstrip("."), level), orig)
     text = ctx.read(where) if where else None
@@ -112,12 +116,15 @@ def arch_test(arches, ctx) -> tuple[str, list[Need]]:
 
 def _family(fam: str, ctx) -> tuple[str, list[Need]]:
     constant, function, attribute = f"_is_{fam}_supported", f"is_{fam}_supported", f"is_{fam}"
-    if _binds(ctx, constant) in ("bool", "value"):
+    constant_kind = _binds(ctx, constant)
+    if constant_kind == "bool":
         return constant, []
+    if constant_kind == "function":
+        return f"{constant}()", []
     if re.search(r"get_platform\(\)\.is_sm\d+\b", ctx.text) and _platform_has(ctx, attribute):
         return f"get_platform().{attribute}", []
     kind = _binds(ctx, function)
-    if kind in ("function", "value", "import"):
+    if kind in ("function", "import"):
         return f"{function}()", []
     return f"{function}()", [Need("import", function, UTILS, fam)]
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 from typing import Callable
 
 ReadText = Callable[[str], "str | None"]  # package-relative path -> text, or None if absent
@@ -60,50 +59,3 @@ def find_definition(read: ReadText, module: str, name: str, _depth: int = 0) -> 
                     return found
         return None
     return None
-
-
-
-# -- what a top-level name is bound to (read off the source, so a status scan can ask too) --
-_BOOLISH = re.compile(r"^\s*(?:True|False|not\b|.*(?:\band\b|\bor\b|==|!=|<=|>=|[<>]|\bis\b|\bin\b))")
-
-
-@lru_cache(maxsize=64)
-def binding(text: str, name: str) -> tuple[str, str] | None:
-    """How ``text`` binds ``name`` at its top level: ("function", "") for a ``def``,
-    ("class", ""), ("bool", rhs) for an assignment of a condition, ("value", rhs) for any
-    other assignment, ("import", "MODULE:ORIG") for ``from MODULE import ORIG [as name]``;
-    None if unbound.
-    The first binding in the file wins (what a codemod inserting after imports sees)."""
-    n = re.escape(name)
-    found: list[tuple[int, tuple[str, str]]] = []
-    if m := re.search(rf"^(?:async[ \t]+)?def[ \t]+{n}[ \t]*\(", text, re.M):
-        found.append((m.start(), ("function", "")))
-    if m := re.search(rf"^class[ \t]+{n}\b", text, re.M):
-        found.append((m.start(), ("class", "")))
-    if m := re.search(rf"^{n}[ \t]*(?::[^=\n]*)?=(?!=)(.*)$", text, re.M):
-        rhs = m.group(1)
-        found.append((m.start(), ("bool" if _BOOLISH.match(rhs) else "value", rhs.strip())))
-    for m in _FROM.finditer(text):
-        names = re.findall(r"\b(\w+)(?:\s+as\s+(\w+))?", m.group(3).replace("(", " ").replace(")", " "))
-        hit = next((orig for orig, alias in names if orig != "as" and (alias or orig) == name), None)
-        if hit:
-            found.append((m.start(), ("import", f"{m.group(1)}{m.group(2)}:{hit}")))
-            break
-    return min(found)[1] if found else None
-
-
-def imported_kind(read: ReadText, current_rel: str, spec: str) -> str | None:
-    """What ``from MODULE import ORIG`` (``spec`` = "MODULE:ORIG" as written in
-    ``current_rel``) brings: "function", "class", "bool", "value", or None when this tree
-    does not tell."""
-    module, _, orig = spec.rpartition(":")
-    level = len(module) - len(module.lstrip("."))
-    target = absolute_module(current_rel, module.lstrip("."), level)
-    where = find_definition(read, target, orig)
-    text = read(where) if where else None
-    if text is None:
-        return None
-    kind = binding(text, orig)
-    if kind is None or kind[0] == "import":
-        return None
-    return kind[0]

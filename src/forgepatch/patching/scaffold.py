@@ -139,7 +139,8 @@ def snippet(text: str, found: Found) -> tuple[str, list[ast.ImportFrom]]:
 
 def _stub(read, rel: str, module: str, names: list[str], families: list[str]) -> tuple[str, str] | None:
     """A context file standing for ``module`` of the real tree: the names it really provides."""
-    from forgepatch.patching.resolve import binding, find_definition, module_to_paths
+    from forgepatch.patching.bindings import resolved
+    from forgepatch.patching.resolve import find_definition, module_to_paths
 
     paths = module_to_paths(module)
     where = next((p for p in paths if read(p) is not None), None)
@@ -153,8 +154,8 @@ def _stub(read, rel: str, module: str, names: list[str], families: list[str]) ->
         text = read(defined) if defined else None
         if text is None:
             continue
-        kind = binding(text, name)
-        kind = kind[0] if kind else "function"
+        kind = resolved(read, defined, text, name)
+        kind = kind.kind if kind else "function"
         if kind == "class":
             out.append(f"class {name}: ...")
         elif kind in ("bool", "value"):

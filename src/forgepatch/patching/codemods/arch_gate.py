@@ -5,7 +5,8 @@
 ``get_platform().is_smXX`` idioms likewise. The new name is then made resolvable: a module
 constant mirroring its sibling, an import from the module the sibling comes from when that
 module provides the name in THIS tree, or else a local helper built from the arch registry.
-A name the file already binds is used as what it is: a ``def`` is called, a flag is not.
+A name the file already binds is used as what it is (:mod:`forgepatch.patching.bindings`): a
+function is called, a flag is not, and a binding that cannot be classified is ``unverified``.
 Every gate of the feature in a site function is widened in one pass (or, for a site with
 ``gates = "one"``, more than one is ambiguous drift). Mixed disjunctions
 (``nnodes == 1 or is_sm100_supported()``) and lone sm100-only predicates are never widened.
@@ -24,7 +25,8 @@ from forgepatch.patching.codemods.base import (
 from forgepatch.patching.astview import SIBLINGS
 from forgepatch.patching.model import Status
 from forgepatch.patching.predicates import Gate, Predicate, find_gates, or_operands, predicate, rename_family
-from forgepatch.patching.resolve import absolute_module, binding, find_definition, imported_kind
+from forgepatch.patching.bindings import BOOL, CLASS, FUNCTION, IMPORT, UNKNOWN, VALUE, binding, resolved
+from forgepatch.patching.resolve import absolute_module, find_definition
 
 
 
@@ -124,8 +126,13 @@ def import_module(imp: cst.ImportFrom, ctx: FileContext) -> str:
 
 
 def module_binds(module: cst.Module, name: str) -> bool:
-    """Is ``name`` defined, assigned or imported at the top level of ``module``?"""
-    for stmt in module.body:
+    """Is ``name`` defined, assigned or imported at the top level of ``module`` (module-level
+    ``if``/``try``/``with`` blocks included, as :mod:`forgepatch.patching.bindings` reads it)?"""
+    return _block_binds(module.body, name)
+
+
+def _block_binds(body, name: str) -> bool:
+    for stmt in body:
         if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) and stmt.name.value == name:
             return True
         if isinstance(stmt, cst.SimpleStatementLine):
@@ -136,6 +143,18 @@ def module_binds(module: cst.Module, name: str) -> bool:
                         return True
                 if isinstance(s, cst.ImportFrom) and name in imported_names(s):
                     return True
+        blocks = []
+        if isinstance(stmt, (cst.If, cst.With, cst.For, cst.While, cst.Try, cst.TryStar)):
+            blocks.append(stmt.body)
+            orelse = getattr(stmt, "orelse", None)
+            while orelse is not None:
+                blocks.append(orelse.body)
+                orelse = getattr(orelse, "orelse", None) if isinstance(orelse, cst.If) else None
+            blocks += [h.body for h in getattr(stmt, "handlers", ())]
+            if getattr(stmt, "finalbody", None) is not None:
+                blocks.append(stmt.finalbody.body)
+        if any(isinstance(b, cst.IndentedBlock) and _block_binds(b.body, name) for b in blocks):
+            return True
     return False
 
 
@@ -190,7 +209,8 @@ class ArchGateCodemod(SiteCodemod):
                 continue
             operand, problem = self._operand(self._sibling(gate), target, ctx, site.name)
             if operand is None:
-                ctx.report(site.name, Status.DRIFT, None, symbol, problem, line=line)
+                status, why, where = problem
+                ctx.report(site.name, status, None, symbol, why, line=where or line)
                 continue
             mapping[gate.node] = self._widen(gate, operand)
             ctx.report(site.name, Status.APPLIED, None, symbol, f"added {ctx.code(operand)}", line=line)
@@ -245,21 +265,23 @@ class ArchGateCodemod(SiteCodemod):
         return cst.BooleanOperation(left=inner, operator=cst.Or(), right=operand, lpar=lpar, rpar=rpar)
 
     def _operand(self, sibling: Predicate, target: str, ctx: FileContext, site: str):
-        """(the new predicate in the sibling's idiom, None) or (None, why it cannot be
-        written). Type-aware: a name this file binds to a ``def`` is called, never used as
-        a flag; a name bound to a flag is never called. Records what must be provided."""
+        """(the new predicate in the sibling's idiom, None) or (None, (status, why, line)).
+        By what the file binds the name to (:mod:`forgepatch.patching.bindings`): a function
+        is called, a flag is used as it is, an unbound name is provided when the module is
+        finished; anything else is refused: drift for a known kind that is neither (a class,
+        a literal), ``unverified`` at the binding's line for a binding it cannot classify."""
         needs = ctx.state.setdefault("needs", {})
         new = rename_family(sibling.node, sibling.family, target)
         if sibling.idiom == "constant":
-            kind, where = self._kind(new.value, ctx)
-            if kind in ("function", "value-function"):
-                return cst.Call(func=cst.Name(new.value)), None
-            if kind in ("bool", "value"):
-                return new, None
-            if kind is None:
+            bound = self._kind(new.value, ctx)
+            if bound is None:
                 needs.setdefault(("constant", new.value), sibling.name)
                 return new, None
-            return None, f"cannot add {new.value}: {where}"
+            if bound.kind == FUNCTION:
+                return cst.Call(func=cst.Name(new.value)), None
+            if bound.kind == BOOL:
+                return new, None
+            return None, self._refusal(new.value, bound, f"cannot add {new.value}")
         if sibling.idiom == "call":
             if isinstance(new.func, cst.Attribute):  # `mod.is_sm100_supported()`: call the plain name
                 new = cst.Call(func=cst.Name(ctx.arch.family_function))
@@ -270,39 +292,28 @@ class ArchGateCodemod(SiteCodemod):
         return self._callable(cst.Call(func=cst.Name(name)), name, None, ctx)
 
     def _callable(self, call: cst.Call, name: str, sibling: str | None, ctx: FileContext):
-        kind, where = self._kind(name, ctx)
-        if kind is None:
+        bound = self._kind(name, ctx)
+        if bound is None:
             ctx.state["needs"].setdefault(("function", name), sibling)
             return call, None
-        if kind in ("function", "value", "value-function", "unknown-import"):
+        if bound.kind in (FUNCTION, IMPORT):  # IMPORT: from a module outside this tree, as the sibling's
             return call, None
-        return None, f"cannot call {name}(): {where}"
+        return None, self._refusal(name, bound, f"cannot call {name}()")
 
     @staticmethod
-    def _kind(name: str, ctx: FileContext) -> tuple[str | None, str]:
-        """How this file binds ``name``: None (unbound), "function", "bool", "value",
-        "value-function" (imported def), "unknown-import", or a problem, with words."""
-        bound = binding(ctx.text, name)
-        if bound is None:
-            return None, ""
-        kind, rhs = bound
-        if kind == "function":
-            return "function", f"{name} is a function here"
-        if kind == "bool":
-            return "bool", f"{name} is a flag here ({name} = {rhs})"
-        if kind == "value":
-            return "value", f"{name} is assigned here ({name} = {rhs})"
-        if kind == "class":
-            return "class", f"{name} is a class here"
-        imported = imported_kind(ctx.read, ctx.rel, rhs)
-        module = rhs.rpartition(":")[0]
-        if imported == "function":
-            return "value-function", f"{name} is a function imported from {module}"
-        if imported in ("bool", "value"):
-            return imported, f"{name} is a flag imported from {module}"
-        if imported == "class":
-            return "class", f"{name} is a class imported from {module}"
-        return "unknown-import", f"{name} is imported from {module}, which this tree does not define"
+    def _refusal(name: str, bound, what: str) -> tuple[Status, str, int | None]:
+        if bound.kind == UNKNOWN:
+            return (Status.UNVERIFIED, f"{what}: {name} (line {bound.line}) is bound in a way forgepatch cannot "
+                    f"classify ({bound.detail}); the gate is left as it is", bound.line)
+        words = {BOOL: "a flag", CLASS: "a class", VALUE: "a value that is neither a flag nor callable",
+                 IMPORT: "imported from a module this tree does not define"}[bound.kind]
+        return Status.DRIFT, f"{what}: {name} is {words} here ({bound.detail}, line {bound.line})", None
+
+    @staticmethod
+    def _kind(name: str, ctx: FileContext):
+        """How this file binds ``name`` (a :class:`~forgepatch.patching.bindings.Binding`,
+        imports followed through the tree), or None when it does not."""
+        return resolved(ctx.read, ctx.rel, ctx.text, name)
 
     @staticmethod
     def _attribute_available(sibling: Predicate, target: str, ctx: FileContext) -> bool:
@@ -314,8 +325,8 @@ class ArchGateCodemod(SiteCodemod):
             return True
         attr = re.compile(rf"\b{ctx.arch.family_attribute}\b")
         bound = binding(ctx.text, name)
-        if bound and bound[0] == "import":
-            module, _, orig = bound[1].rpartition(":")
+        if bound and bound.kind == IMPORT:
+            module, _, orig = bound.detail.rpartition(":")
             level = len(module) - len(module.lstrip("."))
             where = find_definition(ctx.read, absolute_module(ctx.rel, module.lstrip("."), level), orig)
             text = ctx.read(where) if where else None
@@ -394,8 +405,8 @@ class ArchGateCodemod(SiteCodemod):
         text = ctx.read(where) if where else None
         if text is None:
             return False
-        bound = binding(text, name)
-        return bound is None or bound[0] not in ("bool", "class")
+        bound = resolved(ctx.read, where, text, name)
+        return bound is None or bound.kind in (FUNCTION, IMPORT)
 
     @staticmethod
     def _add_alias(module, stmt, imp, sibling, name):
