@@ -3,7 +3,8 @@
 Kinds forgepatch writes and can always make again (PyPI wheels, git clones, unpacked trees,
 build contexts, smoke logs and results, drift and gates memos, base-image facts) may be
 pruned; ``locks`` and ``pending-tags`` (what an interrupted release must still finish) are
-state, never pruned; anything else (a test's torch build, tool downloads) is listed as
+state, never pruned, and so is ``applied`` (the records ``apply --reverse`` undoes an in-place
+apply from); anything else (a test's torch build, tool downloads) is listed as
 ``other`` and left alone. Pruning removes whole entries (a wheel version, a context, a clone)
 whose newest file is older than the cut-off.
 """
@@ -16,8 +17,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from forgepatch.paths import APPLIED_RECORDS
+
 PRUNABLE = ("wheels", "git", "trees", "upstream-tars", "contexts", "smoke", "drift", "gates", "base-facts")
-STATE = ("locks", "pending-tags")
+STATE = ("locks", "pending-tags", APPLIED_RECORDS)
 
 
 @dataclass
