@@ -19,7 +19,7 @@ from forgepatch.errors import BadInput
 from forgepatch.patching import astview, evaluation, guard, lint, sourcetext, verify
 from forgepatch.patching.codemods.base import FileContext, Finding, node_names_any
 from forgepatch.patching.functions import all_functions, parse, replace_functions, scan_functions
-from forgepatch.patching.locate import candidates, def_pattern, hinted, in_site_modules, is_candidate
+from forgepatch.patching.locate import def_pattern, hinted, in_site_modules, is_candidate, ranked, reads_arch, rename_hint
 from forgepatch.patching.model import ApplyResult, Location, PatchResult, SiteResult, Status, Tree
 from forgepatch.patching.patchset import Patch, Site, patchset_hash
 
@@ -132,7 +132,7 @@ def edit_file(text: str, rel: str, patch: Patch, sites: list[Site], arch: Arch, 
             else:
                 named = node_names_any([node], site.markers)
             # only a function without its markers is asked (codegen of a big function costs)
-            reads = " [reads the arch]" if not named and _reads_arch(ctx.code(node)) else ""
+            reads = " [reads the arch]" if not named and reads_arch(ctx.code(node)) else ""
             found.setdefault(site.name, []).append(f"{qual} ({rel}:{def_line})" + ("" if named else " [no marker in code]")
                                                    + reads)
             if not named:
@@ -176,14 +176,6 @@ READS_ARCH = " [reads the arch]"
 def _in_modules(entry: str, site: Site) -> bool:
     m = re.search(r"\((.+):\d+\)", entry)
     return bool(m) and (not site.modules or hinted(m.group(1), site))
-_ARCH_WORDS = re.compile(r"is_sm\d|capabilit|get_device_sm|is_blackwell|is_hopper|\.major\b|major_version")
-
-
-def _reads_arch(code: str) -> bool:
-    """Does a function's code read an arch fact (a predicate, the capability)?"""
-    return _ARCH_WORDS.search(code) is not None
-
-
 def _hold_to_report(ctx: FileContext, site: Site, qual: str, node, edited, findings: list[Finding]) -> None:
     """A function changes if and only if the codemod reported an edit in it."""
     reported = any(f.status is Status.APPLIED for f in findings)
@@ -225,13 +217,13 @@ def _site_result(site: Site, findings: list[Finding], found: list[str], overlay:
     markers = ", ".join(site.markers) or "(none)"
     detail = (f"function(s) found but no gate to widen naming {markers}: {', '.join(found)}"
               if found else f"no function named {' / '.join(site.functions)}{where} with markers {markers}")
-    pool = [p for p in paths if hinted(p, site)] if site.modules and not site.anywhere else paths
-    ordered = [p for p in pool if hinted(p, site)] + [p for p in pool if not hinted(p, site)]
-    cands = candidates(ordered, overlay.read_bytes, site)
-    if site.modules and not site.anywhere and len(cands) < 5:  # the site may have moved out of its modules
-        cands += [c for c in candidates([p for p in paths if not hinted(p, site)], overlay.read_bytes, site)
-                  if c not in cands][: 5 - len(cands)]
-    return SiteResult(site.name, Status.DRIFT, detail=detail, candidates=cands)
+    ordered = [p for p in paths if hinted(p, site)] + [p for p in paths if not hinted(p, site)]
+    # by meaning first (``locate.Candidate.key``): the site may have been renamed, or moved
+    # out of its modules, so files outside them that name a marker are ranked too
+    best = ranked(ordered, overlay.read_bytes, site)
+    if best and best[0].looks_renamed and best[0].name not in site.functions:
+        detail += f"; {rename_hint(site, best[0])}"
+    return SiteResult(site.name, Status.DRIFT, detail=detail, candidates=[c.render() for c in best])
 
 
 def run_patches(tree: Tree, patches: list[Patch], arch: Arch, version: str | None,
