@@ -17,7 +17,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from forgepatch.paths import SHIPPED_MATRIX, SHIPPED_PATCHES
-from forgepatch.patching.locate import ranked, rename_hint
 from forgepatch.patching.patchset import Site
 from forgepatch.sources import pypi_tree
 from tests.support.cli import forgepatch
@@ -75,6 +74,7 @@ def test_a_renamed_site_function_ranks_first_with_the_edit_to_make(tmp_path):
 
 
 def test_a_renamed_and_moved_function_ranks_first_and_the_edit_names_its_module(tmp_path):
+    from forgepatch.patching.locate import ranked, rename_hint
     from forgepatch.patching.patchset import load_patch
     from forgepatch.patching.trees import DirTree
     from tests.support.nightlies import without_function
@@ -130,6 +130,8 @@ def modules(draw):
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(modules())
 def test_property_a_renamed_site_function_ranks_first_among_decoys(case):
+    from forgepatch.patching.locate import ranked, rename_hint
+
     held, renamed, decoys, at, method = case
     decoys = [d for d in decoys if d[0] != renamed]
     parts = [_function(*d) for d in decoys]
