@@ -186,8 +186,13 @@ def _hold_to_report(ctx: FileContext, site: Site, qual: str, node, edited, findi
         ctx.report(site.name, Status.INCOMPLETE, node, qual, "self-check: the codemod reported an edit the function does not have")
 
 
+def _other_sites(patch: Patch, site: Site) -> frozenset[str]:
+    """The function names the patch's other sites name (their gates are not this one renamed)."""
+    return frozenset(fn for s in patch.sites if s.name != site.name for fn in s.functions) - set(site.functions)
+
+
 def _site_result(site: Site, findings: list[Finding], found: list[str], overlay: _Overlay,
-                 paths: list[str]) -> SiteResult:
+                 paths: list[str], others: frozenset[str] = frozenset()) -> SiteResult:
     mine = sorted((f for f in findings if f.site == site.name),
                   key=lambda f: (f.file or "", f.line is None, f.line or 0))
     if mine:
@@ -220,8 +225,8 @@ def _site_result(site: Site, findings: list[Finding], found: list[str], overlay:
     ordered = [p for p in paths if hinted(p, site)] + [p for p in paths if not hinted(p, site)]
     # by meaning first (``locate.Candidate.key``): the site may have been renamed, or moved
     # out of its modules, so files outside them that name a marker are ranked too
-    best = ranked(ordered, overlay.read_bytes, site)
-    if best and best[0].looks_renamed and best[0].name not in site.functions:
+    best = ranked(ordered, overlay.read_bytes, site, others=others)
+    if best and best[0].looks_renamed and best[0].name not in site.functions and not best[0].other_site:
         detail += f"; {rename_hint(site, best[0])}"
     return SiteResult(site.name, Status.DRIFT, detail=detail, candidates=[c.render() for c in best])
 
@@ -358,7 +363,8 @@ def _run_patch(patch: Patch, arch: Arch, version: str | None, overlay: _Overlay,
     for rel, ckey in dups:
         _from_cache(cache[ckey], findings, found, gaps, rel)
     overlay.found[patch.id] = found
-    site_results = [skipped.get(s.name) or _site_result(s, findings, found.get(s.name, []), overlay, paths)
+    site_results = [skipped.get(s.name) or _site_result(s, findings, found.get(s.name, []), overlay, paths,
+                                                         _other_sites(patch, s))
                     for s in patch.sites]
     status = Status.worst([s.status for s in site_results])
     return PatchResult(patch.id, patch.summary, status, site_results, changes), gaps

@@ -70,10 +70,13 @@ def reads_arch(code: str) -> bool:
 class Candidate:
     """A function that may be where a drifted site went, with why it is ranked where it is.
 
-    Ranked by meaning before name: a function whose own code holds the site's markers and
-    reads the arch (the same gate shape) first, more markers before fewer, then one that
-    reads the arch, then one in the site's modules, and only then by the closeness of its
-    name to the site's function names."""
+    Ranked by meaning before name: a function another site of the patch names comes after
+    every other (it is that site's gate, not this one renamed); then, first, a function in
+    the site's modules whose own code holds the site's markers and reads the arch (the same
+    gate shape), then such a function elsewhere (moved), more markers before fewer; then the
+    other functions of the site's modules before those elsewhere, each by the markers its
+    code holds, then whether it reads the arch, and only then by the closeness of its name to
+    the site's function names."""
 
     module: str  # sglang.srt.layers.x
     qual: str  # Class.method or function
@@ -84,10 +87,11 @@ class Candidate:
     reads_arch: bool
     in_modules: bool
     similarity: float  # of its name to the closest site function name (0..1)
+    other_site: bool = False  # another site of the same patch names it
 
     def key(self) -> tuple:
-        return (bool(self.markers) and self.reads_arch, len(self.markers), self.reads_arch, self.in_modules,
-                self.similarity)
+        return (not self.other_site, self.looks_renamed and self.in_modules, self.looks_renamed, self.in_modules,
+                len(self.markers), self.reads_arch, self.similarity)
 
     def render(self) -> str:
         return f"{self.module}.{self.qual} ({self.file}:{self.line})"
@@ -103,9 +107,11 @@ def _block_end(data: bytes, start: int, indent: int) -> int:
     return end.start() if end else len(data)
 
 
-def ranked(paths: list[str], read: Callable[[str], bytes], site: Site, limit: int = 5) -> list[Candidate]:
+def ranked(paths: list[str], read: Callable[[str], bytes], site: Site, limit: int = 5,
+           others: frozenset[str] = frozenset()) -> list[Candidate]:
     """Up to ``limit`` functions that may be where the site went, best first (``Candidate.key``).
-    Looks in hinted modules and in files naming a marker or a site function."""
+    Looks in hinted modules and in files naming a marker or a site function; ``others``: the
+    function names the patch's other sites name."""
     found: list[Candidate] = []
     needles = [m.encode() for m in site.markers] + [fn.encode() for fn in site.functions]
     words = [(m, re.compile(rb"(?<!\w)" + re.escape(m.encode()) + rb"(?!\w)")) for m in site.markers]
@@ -126,7 +132,7 @@ def ranked(paths: list[str], read: Callable[[str], bytes], site: Site, limit: in
             sim = max(difflib.SequenceMatcher(None, name, fn).ratio() for fn in site.functions)
             line = data.count(b"\n", 0, m.start()) + 1
             found.append(Candidate(module, qual, name, rel, line, held, _ARCH_BYTES.search(body) is not None,
-                                   in_hint, sim))
+                                   in_hint, sim, name in others))
     found.sort(key=lambda c: tuple(-k for k in c.key()))
     return found[:limit]
 
