@@ -107,12 +107,16 @@ def save(package: Path, changed: dict[str, bytes], meta: dict) -> Path | None:
                       "content": None if old is None else base64.b64encode(old).decode("ascii")})
     doc = {"format": FORMAT, "tree": str(package.resolve()), "time": utctime.iso_seconds(),
            **meta, "files": files, "made_dirs": sorted(made)}
-    folder = records_dir(package)
-    for left in folder.glob(".*.tmp"):  # a run killed while writing its record (under the same lock)
-        left.unlink(missing_ok=True)
-    existing = _records(package)
-    where = folder / f"{int(existing[-1].stem) + 1 if existing else 1}.json"
-    _write_new(where, json.dumps(doc, indent=1).encode())
+    try:
+        folder = records_dir(package)
+        for left in folder.glob(".*.tmp"):  # a run killed while writing its record (under the same lock)
+            left.unlink(missing_ok=True)
+        existing = _records(package)
+        where = folder / f"{int(existing[-1].stem) + 1 if existing else 1}.json"
+        _write_new(where, json.dumps(doc, indent=1).encode())
+    except OSError as exc:
+        raise BadInput(f"cannot record the in-place apply for --reverse: {exc.filename or ''}: "
+                       f"{exc.strerror or exc}; nothing changed") from None
     return where
 
 
