@@ -44,6 +44,27 @@ def _copy(orig: Path, dest: Path) -> Path:
     return dest
 
 
+@pytest.fixture(scope="module")
+def applied(orig, tmp_path_factory) -> Path:
+    """``orig`` patched --in-place once (copied with its record by ``_applied_copy``: one apply
+    per module instead of one per case)."""
+    tree = _copy(orig, tmp_path_factory.mktemp("reverse-applied") / "t")
+    run = forgepatch("apply", "--arch", "sm120", "--source", tree, "--in-place", env=ENV)
+    assert run.rc == 0, run.err
+    return tree
+
+
+def _applied_copy(applied: Path, dest: Path) -> Path:
+    """A copy of the applied tree and of the record its apply wrote (records are kept per tree
+    path: the copy's is the same bytes under the copy's key)."""
+    from forgepatch.patching.undo import records_dir
+
+    _copy(applied, dest)
+    for record in records_dir(applied / "sglang").glob("*.json"):
+        shutil.copy(record, records_dir(dest / "sglang") / record.name)
+    return dest
+
+
 def test_reverse_after_in_place_gives_back_every_byte_and_says_what_it_did(orig, tmp_path):
     tree = _copy(orig, tmp_path / "t")
     want = tree_digest(tree)
@@ -79,9 +100,8 @@ def test_reverse_after_in_place_gives_back_every_byte_and_says_what_it_did(orig,
     assert tree_digest(tree) == want
 
 
-def test_an_edited_file_refuses_the_whole_reverse_naming_it(orig, tmp_path):
-    tree = _copy(orig, tmp_path / "t")
-    assert forgepatch("apply", "--arch", "sm120", "--source", tree, "--in-place", env=ENV).rc == 0
+def test_an_edited_file_refuses_the_whole_reverse_naming_it(applied, tmp_path):
+    tree = _applied_copy(applied, tmp_path / "t")
     victim = tree / "sglang" / "srt" / "layers" / "flashinfer_comm_fusion.py"
     victim.write_bytes(victim.read_bytes() + b"# edited by hand\n")
     before = tree_digest(tree)
@@ -94,9 +114,8 @@ def test_an_edited_file_refuses_the_whole_reverse_naming_it(orig, tmp_path):
     assert_one_line_error(gone, 1, str(victim), "it was removed")
 
 
-def test_reverse_is_refused_for_another_arch_a_pin_and_write_flags(orig, tmp_path):
-    tree = _copy(orig, tmp_path / "t")
-    assert forgepatch("apply", "--arch", "sm120", "--source", tree, "--in-place", env=ENV).rc == 0
+def test_reverse_is_refused_for_another_arch_a_pin_and_write_flags(applied, tmp_path):
+    tree = _applied_copy(applied, tmp_path / "t")
     other = forgepatch("apply", "--arch", "sm103", "--source", tree, "--reverse", env=ENV)
     assert_one_line_error(other, 2, "--arch sm103", "was --arch sm120")
     for args, needle in ((["--source", "pypi:0.5.23"], "not a local directory"), ([], "needs --source DIR"),
@@ -161,14 +180,10 @@ def _traced(strace: str, tree: Path, spec: str, *args: str, log: Path | None = N
     return subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=300)
 
 
-def test_reverse_killed_at_every_rename_ends_patched_or_original(orig, tmp_path):
+def test_reverse_killed_at_every_rename_ends_patched_or_original(orig, applied, tmp_path):
     strace = _strace()
-    base = _copy(orig, tmp_path / "base")
-    want = tree_digest(base)
-    assert forgepatch("apply", "--arch", "sm120", "--source", base, "--in-place", env=ENV).rc == 0
-    patched = tree_digest(base)
-    count = _copy(orig, tmp_path / "count")  # (records are per tree: each copy gets its own apply)
-    assert forgepatch("apply", "--arch", "sm120", "--source", count, "--in-place", env=ENV).rc == 0
+    want, patched = tree_digest(orig), tree_digest(applied)
+    count = _applied_copy(applied, tmp_path / "count")
     log = tmp_path / "renames.log"
     assert _traced(strace, count, "trace=rename", "--reverse", log=log).returncode == 0
     assert tree_digest(count) == want
@@ -176,24 +191,27 @@ def test_reverse_killed_at_every_rename_ends_patched_or_original(orig, tmp_path)
     assert n == 4  # the journal's commit, then one per restored file
     states = []
     for i in range(1, n + 1):
-        tree = _copy(orig, tmp_path / f"kill-{i}")
-        assert forgepatch("apply", "--arch", "sm120", "--source", tree, "--in-place", env=ENV).rc == 0
+        tree = _applied_copy(applied, tmp_path / f"kill-{i}")
         proc = _traced(strace, tree, f"inject=rename:signal=KILL:when={i}", "--reverse")
         assert proc.returncode != 0 and "reversed" not in proc.stdout
-        # the next command finishes or undoes the write (one line), never a mix
-        nxt = forgepatch("apply", "--arch", "sm120", "--source", tree, "--check", env=ENV)
-        now = tree_digest(tree)
-        assert not [p for p in now if STATE_DIR in p], now
-        assert now in (want, patched), f"half-reversed tree after rename #{i}"
-        states.append("original" if now == want else "patched")
-        assert "Traceback" not in nxt.err and len([ln for ln in nxt.err.splitlines() if ln.strip()]) <= 1
-        # then --reverse ends with the original tree (a rolled-forward reverse: nothing left to do)
+        now = tree_digest(tree)  # (the journal is still there: compare the package's files only)
+        files = {k: v for k, v in now.items() if STATE_DIR not in k}
+        # the next command finishes or undoes the write first (one line), never leaves a mix:
+        # rolled back, the tree is the patched one and --reverse then reverses it; completed,
+        # the tree is the original and the record is dropped (nothing left to reverse)
         again = forgepatch("apply", "--arch", "sm120", "--source", tree, "--reverse", env=ENV)
-        if states[-1] == "patched":
-            assert again.rc == 0, again.err
+        notes = [ln for ln in again.err.splitlines() if "interrupted" in ln]
+        assert len(notes) == 1 and "Traceback" not in again.err, again.err
+        if "completed an interrupted apply --reverse" in notes[0]:
+            states.append("original")
+            # (killed between renames: each file holds its patched or its original bytes)
+            assert set(files) == set(want) and all(files[k] in (want[k], patched[k]) for k in files)
+            assert again.rc == 1 and "nothing to reverse" in again.err, again.err
         else:
-            assert_one_line_error(again, 1, "nothing to reverse")
-        assert tree_digest(tree) == want
+            states.append("patched")
+            assert "rolled back" in notes[0] and files == patched
+            assert again.rc == 0 and "3 file(s) restored" in again.out, again.err
+        assert tree_digest(tree) == want  # every file, no state directory left
         shutil.rmtree(tree)
     # killed at the journal's rename: nothing reversed; at a file's rename: rolled forward
     assert states == ["patched"] + ["original"] * (n - 1)
@@ -219,11 +237,10 @@ def test_an_apply_killed_before_its_journal_committed_leaves_nothing_to_reverse(
     assert tree_digest(tree2) == want
 
 
-def test_a_damaged_record_is_one_line_naming_it(orig, tmp_path):
+def test_a_damaged_record_is_one_line_naming_it(applied, tmp_path):
     from forgepatch.patching.undo import records_dir
 
-    tree = _copy(orig, tmp_path / "t")
-    assert forgepatch("apply", "--arch", "sm120", "--source", tree, "--in-place", env=ENV).rc == 0
+    tree = _applied_copy(applied, tmp_path / "t")
     record = sorted(records_dir(tree / "sglang").glob("*.json"))[-1]
     doc = json.loads(record.read_text())
     doc["files"][0]["content"] = doc["files"][1]["content"]  # the saved bytes of another file

@@ -144,8 +144,9 @@ def reverse_arch(arch: str, sources: list[str | None], matrix, check: bool = Fal
 
     srcs = []
     for spec in sources:
-        src = resolve_source(spec, matrix)
-        if src.kind != "dir":
+        # (checked before resolving: a PyPI or git source, or a pin, is never fetched for this)
+        src = resolve_source(spec, matrix) if spec is not None and Path(spec).is_dir() else None
+        if src is None or src.kind != "dir":
             raise BadInput(f"--reverse: {spec or 'the default pin'!s} is not a local directory: only a tree patched "
                            f"with --in-place can be reversed (give it as --source DIR)")
         srcs.append(src)
