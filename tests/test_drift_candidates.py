@@ -8,7 +8,6 @@ not read the arch)."""
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 from pathlib import Path
