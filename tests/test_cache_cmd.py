@@ -49,3 +49,35 @@ def test_cache_info_and_prune(tmp_path):
     assert [Path(e["path"]).name for e in everything.json()["removed"]] == ["0.5.23"]
     for kept in ("locks/tree.lock", "pending-tags/forgepatch-p23-sm120.json", "torch-cpu/torch/__init__.py"):
         assert (cache / kept).exists(), kept
+
+
+def test_prune_drops_apply_records_only_of_trees_that_are_gone(tmp_path, monkeypatch):
+    """`applied/` (what `apply --reverse` undoes from) is state: kept whatever its age while
+    its tree exists, pruned once the tree is gone; an unreadable record is kept."""
+    import json
+    import shutil
+
+    from forgepatch.patching import undo
+
+    cache = tmp_path / "cache"
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), FORGEPATCH_CACHE_DIR=str(cache))
+    monkeypatch.setenv("FORGEPATCH_CACHE_DIR", str(cache))  # undo.save writes where the CLI reads
+    trees = {}
+    for name in ("kept", "gone"):
+        pkg = tmp_path / name / "sglang"
+        pkg.mkdir(parents=True)
+        (pkg / "a.py").write_bytes(b"x = 1\r\n")
+        undo.save(pkg, {"a.py": b"x = 2\r\n"}, {"arch": "sm120"})
+        trees[name] = undo.records_dir(pkg)
+    bad = cache / "applied" / ("0" * 32)
+    bad.mkdir()
+    (bad / "1.json").write_text("{")
+    for record in trees["kept"].glob("*.json"):
+        t = time.time() - 400 * 86400
+        os.utime(record, (t, t))
+    shutil.rmtree(tmp_path / "gone")
+    r = forgepatch("cache", "prune", "--json", env=env)
+    assert r.rc == 0, r.err
+    assert [e["path"] for e in r.json()["removed"]] == [str(trees["gone"])]
+    assert trees["kept"].is_dir() and not trees["gone"].exists() and bad.is_dir()
+    assert json.loads(next(trees["kept"].glob("*.json")).read_text())["tree"] == str(tmp_path / "kept" / "sglang")

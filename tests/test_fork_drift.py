@@ -235,3 +235,31 @@ def test_memo_respects_applies_to_boundaries(nightly_clone, config, cache_root, 
     doc = report.to_json()
     assert doc["revs"][0]["version"] == "0.5.11.dev1" and backend(doc["revs"][0]) == "not-applicable"
     assert doc["revs"][1] == fresh.to_json()["revs"][0] and backend(doc["revs"][1]) == "applied"
+
+
+def test_drift_summary_counts_every_failing_revision_and_names_the_renamed_function(nightly_clone, config, cache_root,
+                                                                                     capsys):
+    """A revision whose only failure is `review` (the edit set differs from the lock) is
+    counted (the summary read "drift at 0 of 2 revision(s): "); a renamed site function is
+    named first, with the edit to make."""
+    repo = nightly_clone
+    add_norm = f"{PACKAGE_DIR}/srt/layers/layer_boundary/residual/add_norm.py"
+    src = show(repo, "v0.5.23", add_norm)
+    swapped = src.replace(b"(_is_sm90_supported or _is_sm100_supported)", b"(_is_sm100_supported or _is_sm90_supported)")
+    assert swapped != src
+    review = commit_on(repo, "v0.5.23", {add_norm: swapped}, "refactor: operand order")
+    renamed_files = {}
+    for path in git(repo, "grep", "-l", "flashinfer_ar_fusion_applies", "v0.5.23", "--", PACKAGE_DIR).splitlines():
+        path = path.split(":", 1)[1]
+        renamed_files[path] = show(repo, "v0.5.23", path).replace(b"flashinfer_ar_fusion_applies",
+                                                                  b"should_fuse_allreduce_residual")
+    renamed = commit_on(repo, "v0.5.23", renamed_files, "refactor: rename the fusion gate")
+    rc, out, err = drift(capsys, config, repo, "--revs", f"v0.5.23,{review}")
+    assert rc == 1
+    assert err.strip().splitlines()[-1].endswith(f"review at 1 of 2 revision(s): {review[:12]} (review)"), err
+    rc, out, err = drift(capsys, config, repo, "--revs", f"v0.5.23,{renamed}")
+    assert rc == 1 and err.strip().endswith(f"drift at 1 of 2 revision(s): {renamed[:12]} (drift)"), err
+    line = next(ln for ln in out.splitlines() if "runtime-fusion-gate" in ln)
+    assert "it looks renamed to should_fuse_allreduce_residual" in line and "set functions = [" in line, out
+    cands = line.split("candidates: ", 1)[1]
+    assert cands.startswith("sglang.srt.layers.layer_boundary.residual.add_norm.should_fuse_allreduce_residual"), line

@@ -3,7 +3,9 @@
 Kinds forgepatch writes and can always make again (PyPI wheels, git clones, unpacked trees,
 build contexts, smoke logs and results, drift and gates memos, base-image facts) may be
 pruned; ``locks`` and ``pending-tags`` (what an interrupted release must still finish) are
-state, never pruned; anything else (a test's torch build, tool downloads) is listed as
+state, never pruned by age; ``applied`` (the records ``apply --reverse`` undoes an in-place
+apply from, one entry per tree) is state too, an entry pruned only once the tree it was
+recorded for is gone; anything else (a test's torch build, tool downloads) is listed as
 ``other`` and left alone. Pruning removes whole entries (a wheel version, a context, a clone)
 whose newest file is older than the cut-off.
 """
@@ -16,8 +18,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from forgepatch.paths import APPLIED_RECORDS
+
 PRUNABLE = ("wheels", "git", "trees", "upstream-tars", "contexts", "smoke", "drift", "gates", "base-facts")
-STATE = ("locks", "pending-tags")
+STATE = ("locks", "pending-tags", APPLIED_RECORDS)
 
 
 @dataclass
@@ -53,7 +57,7 @@ def entries(root: Path) -> list[Entry]:
     """Each kind's entries (the children of a PRUNABLE directory), and STATE / other top-level items whole."""
     out: list[Entry] = []
     for top in sorted(root.iterdir()) if root.is_dir() else []:
-        if top.name in PRUNABLE and top.is_dir() and not top.is_symlink():
+        if top.name in (*PRUNABLE, APPLIED_RECORDS) and top.is_dir() and not top.is_symlink():
             for child in sorted(top.iterdir()):
                 out.append(Entry(top.name, child, *_measure(child)))
         else:
@@ -74,7 +78,8 @@ def summary(items: list[Entry]) -> dict[str, dict[str, int]]:
 def prune(root: Path, older_than_days: float, dry_run: bool = False, now: float | None = None) -> list[Entry]:
     """Remove the PRUNABLE entries whose newest file is older than the cut-off; returns them."""
     cut = (now if now is not None else time.time()) - older_than_days * 86400
-    gone = [e for e in entries(root) if e.kind in PRUNABLE and e.newest < cut]
+    gone = [e for e in entries(root) if (e.kind in PRUNABLE and e.newest < cut)
+            or (e.kind == APPLIED_RECORDS and _tree_gone(e.path))]
     if not dry_run:
         for e in gone:
             if e.path.is_dir() and not e.path.is_symlink():
@@ -82,6 +87,20 @@ def prune(root: Path, older_than_days: float, dry_run: bool = False, now: float 
             else:
                 e.path.unlink(missing_ok=True)
     return gone
+
+
+def _tree_gone(records: Path) -> bool:
+    """Are these in-place apply records of a tree that no longer exists? (A record that
+    cannot be read keeps its entry: unknown is not gone.)"""
+    import json
+
+    trees = set()
+    for record in records.glob("*.json"):
+        try:
+            trees.add(json.loads(record.read_text(encoding="utf-8"))["tree"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+    return bool(trees) and not any(Path(t).exists() for t in trees)
 
 
 def human(n: int) -> str:

@@ -29,6 +29,9 @@ SHIPPED_DOCKERFILE = SHIPPED_DOCKERFILES / "Dockerfile"
 IMAGE_INSTALLER = SHIPPED_DOCKERFILES / "install.py"
 
 
+APPLIED_RECORDS = "applied"  # cache_dir kind of the in-place apply records (patching/undo.py); state, never pruned
+
+
 def cache_dir(*parts: str) -> Path:
     """The user cache dir (``$FORGEPATCH_CACHE_DIR`` overrides); safe to delete."""
     root = os.environ.get("FORGEPATCH_CACHE_DIR")

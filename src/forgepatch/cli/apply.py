@@ -216,6 +216,41 @@ def _render_many(runs, arch: str, as_json: bool, diff: bool, check: bool, missin
         raise typer.Exit(1)
 
 
+def _reverse(arch, source, pin, out, in_place, force, accept, only, check, diff, as_json) -> None:
+    """``apply --reverse``: parse-level checks, the service, the rendering."""
+    from rich.markup import escape
+
+    from forgepatch.errors import BadInput
+    from forgepatch.patching.service import reverse_arch
+
+    for flag, given in (("--out", out is not None), ("--in-place", in_place), ("--force", force),
+                        ("--accept", accept), ("--patch", bool(only)), ("--pin", pin is not None)):
+        if given:
+            raise BadInput(f"--reverse: {flag} does not apply (it undoes the newest --in-place apply on --source DIR)")
+    if not source:
+        raise BadInput("--reverse needs --source DIR: the tree an --in-place apply patched")
+    if check and diff:
+        raise BadInput("--reverse: --check or --diff, not both")
+    run = reverse_arch(arch, list(source), STATE.matrix(), check=check, diff=diff)
+    if as_json:
+        print_json(run.to_json())
+    else:
+        con = console(stderr=diff)
+        for rev in run.reverses:
+            meta = rev.record.meta
+            verb = ("reversed" if run.written else "would reverse")
+            con.print(f"{verb} the apply --in-place of {meta.get('arch')} ({meta.get('time')}) on "
+                      f"{escape(str(_shown(rev.package)))}: {len(rev.restore)} file(s) "
+                      f"{'restored' if run.written else 'to restore'}, {len(rev.remove)} "
+                      f"{'removed' if run.written else 'to remove'}", soft_wrap=True)
+            for rel in sorted(rev.restore):
+                con.print(f"  {'restored' if run.written else 'restore'} {escape(rel)}", soft_wrap=True)
+            for rel in sorted(rev.remove):
+                con.print(f"  {'removed' if run.written else 'remove'} {escape(rel)}", soft_wrap=True)
+        if diff:
+            typer.echo(run.diff, nl=False)
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def apply(
@@ -234,11 +269,17 @@ def register(app: typer.Typer) -> None:
                                     "lock (patches/ID.lock) after you read the diff; a `review` status then passes."),
         only: list[str] = typer.Option(None, "--patch", help="Run only this patch of the arch's series "
                                        "(repeatable; series order is kept)."),
+        reverse: bool = typer.Option(False, "--reverse", help="Undo the newest --in-place apply on --source DIR "
+                                     "exactly (only if the tree still holds what it wrote); with --check/--diff "
+                                     "write nothing."),
     ) -> None:
         """Apply the arch's patch series to an SGLang source; it checks itself before writing."""
         from forgepatch.errors import BadInput, Failure
         from forgepatch.patching.service import apply_arch
 
+        if reverse:
+            _reverse(arch, source, pin, out, in_place, force, accept, only, check, diff, as_json)
+            return
         if out is not None and in_place:
             raise BadInput("--out and --in-place are mutually exclusive")
         if (check or diff) and (out is not None or in_place):

@@ -223,16 +223,7 @@ def drift_cmd(
     if report.drift:
         from forgepatch.errors import Failure
 
-        failed: dict[str, set[str]] = {}  # label -> {"drift", "incomplete"}
-        for r in report.revs:
-            for pid in report.patch_ids:
-                if r.status(pid) in ("drift", "incomplete"):
-                    failed.setdefault(r.label, set()).add(r.status(pid))
-        bad = sorted(failed)
-        kinds = " or ".join(k for k in ("drift", "incomplete") if any(k in v for v in failed.values())) or "drift"
-        raise Failure(f"{kinds} at {len(bad)} of {len(report.revs)} revision(s): "
-                      + ", ".join(f"{label} ({'/'.join(sorted(failed[label]))})" for label in bad[:5])
-                      + (" ..." if len(bad) > 5 else ""))
+        raise Failure(report.summary())
     if report.gates:
         from forgepatch.errors import Failure
 

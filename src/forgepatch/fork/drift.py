@@ -82,6 +82,27 @@ class DriftReport:
     def drift(self) -> bool:
         return any(r.status(p) in FAILED for r in self.revs for p in self.patch_ids)
 
+    def failures(self) -> dict[str, list[str]]:
+        """Each failing revision's label (report order) -> the failed statuses of its patches
+        (drift, incomplete, unverified, wrong, review: every one that makes ``drift`` true)."""
+        out: dict[str, list[str]] = {}
+        for r in self.revs:
+            kinds = [k for k in FAILED if any(r.status(pid) == k for pid in self.patch_ids)]
+            if kinds:
+                out.setdefault(r.label, [])
+                out[r.label] += [k for k in kinds if k not in out[r.label]]
+        return out
+
+    def summary(self, shown: int = 5) -> str:
+        """One line for a failing report: which statuses at how many of the revisions, the
+        first ``shown`` of them named (``review at 1 of 2 revision(s): 1a2b3c4d5e6f (review)``)."""
+        failed = self.failures()
+        kinds = [k for k in FAILED if any(k in v for v in failed.values())]
+        labels = list(failed)
+        return (f"{' or '.join(kinds)} at {len(labels)} of {len(self.revs)} revision(s): "
+                + ", ".join(f"{label} ({'/'.join(failed[label])})" for label in labels[:shown])
+                + (" ..." if len(labels) > shown else ""))
+
     def to_json(self) -> dict[str, Any]:
         return {
             "arch": self.arch,
@@ -273,8 +294,8 @@ def _candidates(report: DriftReport) -> list[str]:
                     text = f"{p['patch']} site {site.get('site')}: {site.get('detail') or 'not found'}; candidates: {cands}"
                 elif site.get("status") == "incomplete":
                     text = f"{p['patch']} incomplete: {site.get('detail')}"
-                elif site.get("status") == "review":
-                    text = f"{p['patch']} review: {site.get('detail')}"
+                elif site.get("status") in ("review", "unverified", "wrong"):
+                    text = f"{p['patch']} {site.get('status')}: {site.get('detail')}"
                 else:
                     continue
                 seen = groups.setdefault(text, [])

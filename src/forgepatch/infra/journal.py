@@ -12,7 +12,9 @@ directory) gets a state directory ``<root>/.forgepatch/`` for the length of a ru
 ``journal.json``
     written (fsync-ed, then renamed into place: the commit point) before the first rename
     of a staged file over its target; it lists every file with the sha256 of its old and
-    new content and where its staged copy is. Removed last, after every rename.
+    new content and where its staged copy is (a file to remove has no new content and no
+    staged copy: ``apply --reverse`` removes what an apply added), and the directories to
+    remove once empty. Removed last, after every rename and removal.
 
 A run killed before the journal exists changed nothing: the next one removes the staged
 copies (rolled back). A run killed after it rolls forward: the next one renames the staged
@@ -330,8 +332,8 @@ def _pending(state: Path) -> bool:
 class Entry:
     path: str  # relative to the root, POSIX
     old: str | None  # sha256 of the content replaced (None: a new file)
-    new: str
-    staged: str  # relative to the state directory
+    new: str | None  # sha256 of the new content (None: the file is removed)
+    staged: str | None  # relative to the state directory (None: a removal)
     mode: int
 
     def to_json(self) -> dict:
@@ -399,13 +401,20 @@ def recover(root: Path) -> str | None:
             have = _digest(target)
             if have == e.new:
                 continue
-            staged = state / e.staged
-            if have != e.old or _digest(staged) != e.new:
+            if e.new is None and have == e.old:
+                todo.append((None, target))  # a removal still to do
+                continue
+            staged = state / (e.staged or "")
+            if e.new is not None and have == e.old and _digest(staged) == e.new:
+                todo.append((staged, target))
+            else:
                 raise BadInput(f"{target}: changed since an interrupted {doc.get('what', 'write')} "
                                f"(pid {doc.get('pid')}); the journal {journal} cannot be completed: "
                                f"inspect the tree, then remove {state}")
-            todo.append((staged, target))
         for staged, target in todo:
+            if staged is None:
+                target.unlink(missing_ok=True)
+                continue
             target.parent.mkdir(parents=True, exist_ok=True)
             _move(staged, target)
         for e in entries:  # a copy a killed cross-device move left beside its target
@@ -413,7 +422,9 @@ def recover(root: Path) -> str | None:
             if target.parent.is_dir():
                 _beside(target).unlink(missing_ok=True)
         for parent in {t.parent for _, t in todo}:
-            _fsync_dir(parent)
+            if parent.is_dir():
+                _fsync_dir(parent)
+        _remove_empty(root, doc.get("rmdirs", []))
         shutil.rmtree(state / STAGED, ignore_errors=True)  # before the journal: see commit()
         journal.unlink()
         _fsync_dir(state)
@@ -567,15 +578,19 @@ def _what_failed(exc: OSError, root: Path) -> str:
     return f"{name}: {exc.strerror or exc}"
 
 
-def commit(root: Path, files: dict[str, bytes], what: str) -> None:
+def commit(root: Path, files: dict[str, bytes], what: str, remove: dict[str, str] | None = None,
+           rmdirs: list[str] | None = None) -> None:
     """Replace ``files`` (paths relative to ``root``) all or none, surviving a crash or an
     interrupt at any point (see the module docstring). The caller holds ``root``'s
     exclusive lock. Directories a new file needs are made after the commit point, so a
-    rolled-back write leaves none behind."""
-    if not files:
+    rolled-back write leaves none behind. ``remove`` (path -> sha256 of the content it must
+    hold) lists files removed in the same transaction, and ``rmdirs`` directories removed
+    after it when they are empty (deepest first)."""
+    remove = dict(remove or {})
+    if not files and not remove:
         return  # nothing to replace (an already patched tree)
     root = Path(root)
-    preflight(root, files)
+    preflight(root, {**files, **{rel: b"" for rel in remove}})
     state = root / STATE_DIR
     staging = state / STAGED
     entries: list[Entry] = []
@@ -592,9 +607,12 @@ def commit(root: Path, files: dict[str, bytes], what: str) -> None:
             name = f"{STAGED}/{n}"
             _write_synced(state / name, data, mode)
             entries.append(Entry(rel, old, sha256(data), name, mode))
+        for rel, old in sorted(remove.items()):
+            _target(root, rel)
+            entries.append(Entry(rel, old, None, None, 0))
         _fsync_dir(staging)
         doc = {"format": FORMAT, "what": what, "pid": os.getpid(), "root": str(root),
-               "files": [e.to_json() for e in entries]}
+               "files": [e.to_json() for e in entries], "rmdirs": sorted(rmdirs or [], key=_depth_first)}
         _write_synced(tmp, json.dumps(doc, indent=1).encode())
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
@@ -606,10 +624,15 @@ def commit(root: Path, files: dict[str, bytes], what: str) -> None:
         try:
             for e in entries:
                 target = _target(root, e.path)
+                if e.staged is None:
+                    target.unlink(missing_ok=True)
+                    continue
                 target.parent.mkdir(parents=True, exist_ok=True)
                 _move(state / e.staged, target)
             for parent in {_target(root, e.path).parent for e in entries}:
-                _fsync_dir(parent)
+                if parent.is_dir():
+                    _fsync_dir(parent)
+            _remove_empty(root, doc["rmdirs"])
         except OSError as exc:  # e.g. a target directory turned read-only: finish on the next run
             raise BadInput(f"cannot write {what}: {_what_failed(exc, root)}; the journal in {state} "
                            f"completes it on the next forgepatch run") from None
@@ -619,6 +642,22 @@ def commit(root: Path, files: dict[str, bytes], what: str) -> None:
         shutil.rmtree(staging, ignore_errors=True)
         (state / JOURNAL).unlink()
         _fsync_dir(state)
+
+
+def _depth_first(rel: str) -> tuple[int, str]:
+    return (-len(Path(rel).parts), rel)
+
+
+def _remove_empty(root: Path, rmdirs: list[str]) -> None:
+    """Remove each directory of ``rmdirs`` (relative to ``root``, deepest first) that is
+    empty; one that holds anything (a file made since) stays. Idempotent."""
+    for rel in sorted(rmdirs, key=_depth_first):
+        target = _target(root, rel)
+        try:
+            target.rmdir()
+        except OSError:
+            continue
+        _fsync_dir(target.parent)
 
 
 # -- what commands use -------------------------------------------------------------------

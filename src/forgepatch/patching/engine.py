@@ -19,7 +19,7 @@ from forgepatch.errors import BadInput
 from forgepatch.patching import astview, evaluation, guard, lint, sourcetext, verify
 from forgepatch.patching.codemods.base import FileContext, Finding, node_names_any
 from forgepatch.patching.functions import all_functions, parse, replace_functions, scan_functions
-from forgepatch.patching.locate import candidates, def_pattern, hinted, in_site_modules, is_candidate
+from forgepatch.patching.locate import def_pattern, hinted, in_site_modules, is_candidate, ranked, reads_arch, rename_hint
 from forgepatch.patching.model import ApplyResult, Location, PatchResult, SiteResult, Status, Tree
 from forgepatch.patching.patchset import Patch, Site, patchset_hash
 
@@ -132,7 +132,7 @@ def edit_file(text: str, rel: str, patch: Patch, sites: list[Site], arch: Arch, 
             else:
                 named = node_names_any([node], site.markers)
             # only a function without its markers is asked (codegen of a big function costs)
-            reads = " [reads the arch]" if not named and _reads_arch(ctx.code(node)) else ""
+            reads = " [reads the arch]" if not named and reads_arch(ctx.code(node)) else ""
             found.setdefault(site.name, []).append(f"{qual} ({rel}:{def_line})" + ("" if named else " [no marker in code]")
                                                    + reads)
             if not named:
@@ -176,14 +176,6 @@ READS_ARCH = " [reads the arch]"
 def _in_modules(entry: str, site: Site) -> bool:
     m = re.search(r"\((.+):\d+\)", entry)
     return bool(m) and (not site.modules or hinted(m.group(1), site))
-_ARCH_WORDS = re.compile(r"is_sm\d|capabilit|get_device_sm|is_blackwell|is_hopper|\.major\b|major_version")
-
-
-def _reads_arch(code: str) -> bool:
-    """Does a function's code read an arch fact (a predicate, the capability)?"""
-    return _ARCH_WORDS.search(code) is not None
-
-
 def _hold_to_report(ctx: FileContext, site: Site, qual: str, node, edited, findings: list[Finding]) -> None:
     """A function changes if and only if the codemod reported an edit in it."""
     reported = any(f.status is Status.APPLIED for f in findings)
@@ -194,8 +186,13 @@ def _hold_to_report(ctx: FileContext, site: Site, qual: str, node, edited, findi
         ctx.report(site.name, Status.INCOMPLETE, node, qual, "self-check: the codemod reported an edit the function does not have")
 
 
+def _other_sites(patch: Patch, site: Site) -> frozenset[str]:
+    """The function names the patch's other sites name (their gates are not this one renamed)."""
+    return frozenset(fn for s in patch.sites if s.name != site.name for fn in s.functions) - set(site.functions)
+
+
 def _site_result(site: Site, findings: list[Finding], found: list[str], overlay: _Overlay,
-                 paths: list[str]) -> SiteResult:
+                 paths: list[str], others: frozenset[str] = frozenset()) -> SiteResult:
     mine = sorted((f for f in findings if f.site == site.name),
                   key=lambda f: (f.file or "", f.line is None, f.line or 0))
     if mine:
@@ -225,13 +222,13 @@ def _site_result(site: Site, findings: list[Finding], found: list[str], overlay:
     markers = ", ".join(site.markers) or "(none)"
     detail = (f"function(s) found but no gate to widen naming {markers}: {', '.join(found)}"
               if found else f"no function named {' / '.join(site.functions)}{where} with markers {markers}")
-    pool = [p for p in paths if hinted(p, site)] if site.modules and not site.anywhere else paths
-    ordered = [p for p in pool if hinted(p, site)] + [p for p in pool if not hinted(p, site)]
-    cands = candidates(ordered, overlay.read_bytes, site)
-    if site.modules and not site.anywhere and len(cands) < 5:  # the site may have moved out of its modules
-        cands += [c for c in candidates([p for p in paths if not hinted(p, site)], overlay.read_bytes, site)
-                  if c not in cands][: 5 - len(cands)]
-    return SiteResult(site.name, Status.DRIFT, detail=detail, candidates=cands)
+    ordered = [p for p in paths if hinted(p, site)] + [p for p in paths if not hinted(p, site)]
+    # by meaning first (``locate.Candidate.key``): the site may have been renamed, or moved
+    # out of its modules, so files outside them that name a marker are ranked too
+    best = ranked(ordered, overlay.read_bytes, site, others=others)
+    if best and best[0].looks_renamed and best[0].name not in site.functions and not best[0].other_site:
+        detail += f"; {rename_hint(site, best[0])}"
+    return SiteResult(site.name, Status.DRIFT, detail=detail, candidates=[c.render() for c in best])
 
 
 def run_patches(tree: Tree, patches: list[Patch], arch: Arch, version: str | None,
@@ -366,7 +363,8 @@ def _run_patch(patch: Patch, arch: Arch, version: str | None, overlay: _Overlay,
     for rel, ckey in dups:
         _from_cache(cache[ckey], findings, found, gaps, rel)
     overlay.found[patch.id] = found
-    site_results = [skipped.get(s.name) or _site_result(s, findings, found.get(s.name, []), overlay, paths)
+    site_results = [skipped.get(s.name) or _site_result(s, findings, found.get(s.name, []), overlay, paths,
+                                                         _other_sites(patch, s))
                     for s in patch.sites]
     status = Status.worst([s.status for s in site_results])
     return PatchResult(patch.id, patch.summary, status, site_results, changes), gaps

@@ -6,6 +6,7 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import re
+from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from forgepatch.patching.patchset import Site
@@ -54,18 +55,70 @@ def in_site_modules(rel: str, site: Site) -> bool:
 
 _DEF = re.compile(rb"^([ \t]*)(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
 _CLASS = re.compile(rb"^([ \t]*)class[ \t]+(\w+)", re.M)
+# code that reads an arch fact (a predicate, the capability): one regex, for the engine's
+# "a site function that reads the arch" and for ranking candidates
+ARCH_WORDS = re.compile(r"is_sm\d|capabilit|get_device_sm|is_blackwell|is_hopper|\.major\b|major_version")
+_ARCH_BYTES = re.compile(ARCH_WORDS.pattern.encode())
 
 
-def candidates(paths: list[str], read: Callable[[str], bytes], site: Site, limit: int = 5) -> list[str]:
-    """Up to ``limit`` functions that may be where the site went, best first, as
-    ``sglang.module.func (file:line)``. Looks in hinted modules and files naming a marker."""
-    scored: list[tuple[float, str]] = []
+def reads_arch(code: str) -> bool:
+    """Does a function's code read an arch fact (a predicate, the capability)?"""
+    return ARCH_WORDS.search(code) is not None
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A function that may be where a drifted site went, with why it is ranked where it is.
+
+    Ranked by meaning before name: a function another site of the patch names comes after
+    every other (it is that site's gate, not this one renamed); then, first, a function in
+    the site's modules whose own code holds the site's markers and reads the arch (the same
+    gate shape), then such a function elsewhere (moved), more markers before fewer; then the
+    other functions of the site's modules before those elsewhere, each by the markers its
+    code holds, then whether it reads the arch, and only then by the closeness of its name to
+    the site's function names."""
+
+    module: str  # sglang.srt.layers.x
+    qual: str  # Class.method or function
+    name: str
+    file: str
+    line: int
+    markers: tuple[str, ...]  # the site's markers its own code names
+    reads_arch: bool
+    in_modules: bool
+    similarity: float  # of its name to the closest site function name (0..1)
+    other_site: bool = False  # another site of the same patch names it
+
+    def key(self) -> tuple:
+        return (not self.other_site, self.looks_renamed and self.in_modules, self.looks_renamed, self.in_modules,
+                len(self.markers), self.reads_arch, self.similarity)
+
+    def render(self) -> str:
+        return f"{self.module}.{self.qual} ({self.file}:{self.line})"
+
+    @property
+    def looks_renamed(self) -> bool:
+        """Strong enough to name as the renamed site function: it holds a marker and reads the arch."""
+        return bool(self.markers) and self.reads_arch
+
+
+def _block_end(data: bytes, start: int, indent: int) -> int:
+    end = re.compile(rb"^[ \t]{0,%d}(?:async[ \t]+def|def|class|@)\b" % indent, re.M).search(data, start)
+    return end.start() if end else len(data)
+
+
+def ranked(paths: list[str], read: Callable[[str], bytes], site: Site, limit: int = 5,
+           others: frozenset[str] = frozenset()) -> list[Candidate]:
+    """Up to ``limit`` functions that may be where the site went, best first (``Candidate.key``).
+    Looks in hinted modules and in files naming a marker or a site function; ``others``: the
+    function names the patch's other sites name."""
+    found: list[Candidate] = []
     needles = [m.encode() for m in site.markers] + [fn.encode() for fn in site.functions]
+    words = [(m, re.compile(rb"(?<!\w)" + re.escape(m.encode()) + rb"(?!\w)")) for m in site.markers]
     for rel in paths:
         data = read(rel)
         in_hint = hinted(rel, site)
-        marker_hits = sum(1 for n in needles if n in data)
-        if not in_hint and not marker_hits:
+        if not in_hint and not any(n in data for n in needles):
             continue
         classes = [(m.start(), len(m.group(1)), m.group(2).decode()) for m in _CLASS.finditer(data)]
         module = "sglang." + rel[:-3].replace("/", ".").removesuffix(".__init__")
@@ -74,10 +127,28 @@ def candidates(paths: list[str], read: Callable[[str], bytes], site: Site, limit
             indent = len(m.group(1))
             owner = [c for pos, ind, c in classes if pos < m.start() and ind < indent]
             qual = f"{owner[-1]}.{name}" if owner else name
+            body = data[m.end() : _block_end(data, m.end(), indent)]  # its own code, not the next function's
+            held = tuple(marker for marker, rx in words if rx.search(body))
             sim = max(difflib.SequenceMatcher(None, name, fn).ratio() for fn in site.functions)
-            body = data[m.end() : m.end() + 4000]
-            bonus = 0.3 * any(n in body for n in needles) + 0.2 * in_hint
             line = data.count(b"\n", 0, m.start()) + 1
-            scored.append((sim + bonus, f"{module}.{qual} ({rel}:{line})"))
-    scored.sort(key=lambda t: -t[0])
-    return [s for _, s in scored[:limit]]
+            found.append(Candidate(module, qual, name, rel, line, held, _ARCH_BYTES.search(body) is not None,
+                                   in_hint, sim, name in others))
+    found.sort(key=lambda c: tuple(-k for k in c.key()))
+    return found[:limit]
+
+
+def candidates(paths: list[str], read: Callable[[str], bytes], site: Site, limit: int = 5) -> list[str]:
+    """``ranked``, each as ``sglang.module.func (file:line)``."""
+    return [c.render() for c in ranked(paths, read, site, limit)]
+
+
+def rename_hint(site: Site, best: Candidate) -> str:
+    """The edit to make when ``best`` looks like the site function renamed (and maybe moved
+    out of the site's modules): the patch's ``functions`` (and ``modules``) with it added."""
+    functions = ", ".join(f'"{f}"' for f in (*site.functions, best.name))
+    text = (f"it looks renamed to {best.name} ({best.file}:{best.line}: holds the markers "
+            f"{', '.join(best.markers)} and reads the arch): set functions = [{functions}]")
+    if site.modules and not site.anywhere and not best.in_modules:
+        modules = ", ".join(f'"{m}"' for m in (*site.modules, best.file))
+        text += f" and modules = [{modules}]"
+    return text

@@ -97,7 +97,7 @@ def apply_arch(arch: str, source: str | None, out: Path | None, matrix, patches_
         if check or result.drift:
             return run  # drift: nothing is written
         if in_place:
-            write_in_place(src.package, result.changed_bytes())
+            write_in_place(src.package, result.changed_bytes(), _undo_meta(result))
             run.written = src.package
         elif out is not None:
             from forgepatch.sources import copy_non_py
@@ -111,6 +111,58 @@ def apply_arch(arch: str, source: str | None, out: Path | None, matrix, patches_
                                     check=lambda: outdir.check(out, force, name), name=name)
             run.extra["files_written"] = outdir.recorded(out)
     return run
+
+
+def _undo_meta(result: ApplyResult) -> dict:
+    """What the record of an in-place apply says about it (``patching/undo.py``)."""
+    return {"arch": result.arch, "version": result.version, "patchset": result.patchset_hash,
+            "patches": [p.patch_id for p in result.patches]}
+
+
+@dataclass
+class ReverseRun:
+    """``apply --reverse`` over one or more local trees: each one's reverse (planned, and
+    written unless checking) and its diff."""
+
+    reverses: list
+    written: bool
+    diff: bytes = b""
+
+    def to_json(self) -> dict:
+        return {"status": "reversed" if self.written else "would-reverse", "trees": [r.to_json() for r in self.reverses]}
+
+
+def reverse_arch(arch: str, sources: list[str | None], matrix, check: bool = False, diff: bool = False) -> ReverseRun:
+    """Undo the newest ``apply --in-place`` on each source tree (``--reverse``): every tree
+    is checked first (it holds exactly what that apply wrote), under its lock; only then is
+    any tree written, each through its journal. ``check``/``diff`` write nothing."""
+    from contextlib import ExitStack
+
+    from forgepatch.patching import undo
+    from forgepatch.patching.writer import unified_diff
+    from forgepatch.sources import resolve_source
+
+    srcs = []
+    for spec in sources:
+        # (checked before resolving: a PyPI or git source, or a pin, is never fetched for this)
+        src = resolve_source(spec, matrix) if spec is not None and Path(spec).is_dir() else None
+        if src is None or src.kind != "dir":
+            raise BadInput(f"--reverse: {spec or 'the default pin'!s} is not a local directory: only a tree patched "
+                           f"with --in-place can be reversed (give it as --source DIR)")
+        srcs.append(src)
+    write = not (check or diff)
+    with ExitStack() as stack:
+        for src in srcs:
+            stack.enter_context(_tree_lock(src, "apply --reverse" if write else "apply --reverse --check", write=write))
+        plans = [undo.plan(src.package, arch, drop=write) for src in srcs]
+        out = ReverseRun(plans, written=write)
+        if diff:
+            out.diff = b"".join(unified_diff(p.originals(), {**p.restore, **dict.fromkeys(p.remove)},
+                                             prefix=p.package.name) for p in plans)
+        if write:
+            for p in plans:
+                undo.reverse(p)
+    return out
 
 
 def series_sources(arch: str, sources: list[str] | None, pin: str | None, matrix, patches_dir) -> list[str | None]:
@@ -204,7 +256,7 @@ def apply_many(arch: str, sources: list[str], out: Path | None, matrix, patches_
         for run, (where, name) in zip(runs, targets):
             src, result = run.source, run.result
             if in_place:
-                write_in_place(src.package, result.changed_bytes())
+                write_in_place(src.package, result.changed_bytes(), _undo_meta(result))
                 run.written = src.package
             elif where is not None:
                 meta = {"arch": result.arch, "source": src.label, "version": result.version,

@@ -12,27 +12,32 @@ from forgepatch.errors import BadInput
 from forgepatch.infra.journal import STATE_DIR
 
 
-def unified_diff(originals: dict[str, bytes], changed: dict[str, bytes], prefix: str = "sglang") -> bytes:
+def unified_diff(originals: dict[str, bytes], changed: dict[str, bytes | None], prefix: str = "sglang") -> bytes:
     """A unified diff of the files' bytes (their own encoding and line ends), so it applies
     with ``patch``/``git apply`` and shows every byte that changes."""
     out: list[bytes] = []
     for rel in sorted(changed):
         old = originals.get(rel)  # None: a file the series adds (``--- /dev/null``)
+        new = changed[rel]  # None: a file removed (``apply --reverse`` of an added file: ``+++ /dev/null``)
         out += difflib.diff_bytes(
-            difflib.unified_diff, (old or b"").splitlines(keepends=True), changed[rel].splitlines(keepends=True),
-            fromfile=b"/dev/null" if old is None else f"a/{prefix}/{rel}".encode(), tofile=f"b/{prefix}/{rel}".encode(),
+            difflib.unified_diff, (old or b"").splitlines(keepends=True), (new or b"").splitlines(keepends=True),
+            fromfile=b"/dev/null" if old is None else f"a/{prefix}/{rel}".encode(),
+            tofile=b"/dev/null" if new is None else f"b/{prefix}/{rel}".encode(),
         )
         if out and not out[-1].endswith((b"\n", b"\r")):
             out[-1] += b"\n\\ No newline at end of file\n"
     return b"".join(out)
 
 
-def write_in_place(package: Path, changed: dict[str, bytes]) -> None:
+def write_in_place(package: Path, changed: dict[str, bytes], meta: dict | None = None) -> None:
     """Replace the changed files of ``package``, all or none, even across a crash: staged
     copies and a journal first, then the renames (``forgepatch.infra.journal``). The caller holds
-    the package's lock (``journal.open_tree``)."""
+    the package's lock (``journal.open_tree``). What is replaced is recorded first, with
+    ``meta`` (arch, version, patchset), for ``apply --reverse`` (``patching/undo.py``)."""
     from forgepatch.infra.journal import commit
+    from forgepatch.patching import undo
 
+    undo.save(package, changed, meta or {})
     commit(package, changed, "apply --in-place")
 
 
