@@ -55,12 +55,27 @@ PATIENT = {**ENV, "FORGEPATCH_LOCK_TIMEOUT": "500"}  # six runs queue on a share
 FORK_LINE = re.compile(r"^(\d+) +(?:<\.\.\. )?(?:clone3?|fork|vfork)\b.* = (\d+)$")
 
 
-def fs_calls(strace: str, args, cwd: Path, log: Path) -> list[tuple[str, int]]:
+def _outside(line: str, root: Path) -> bool:
+    """Whether a traced call changes only paths outside ``root`` (absolute, elsewhere: a
+    temp dir under /tmp); a call relative to another directory's fd counts as inside."""
+    args = line.split("(", 1)[1]
+    if re.match(r"\d+,", args):
+        return False
+    paths = re.findall(r'"((?:[^"\\]|\\.)*)"', args)
+    return bool(paths) and all(p.startswith("/") and not p.startswith(f"{root}/") and p != str(root) for p in paths)
+
+
+def fs_calls(strace: str, args, cwd: Path, log: Path, creates: bool = False,
+             inside: bool = False) -> list[tuple[str, int]]:
     """(syscall, its ordinal among the worker's calls of that name) for each call of FS_CALLS
-    the run makes, in order. The worker is the CLI's first child (infra/supervisor.py: the
+    the run makes, in order (``creates``: also each ``openat``/``creat`` that may create a
+    file, O_CREAT). The worker is the CLI's first child (infra/supervisor.py: the
     ``forgepatch`` process waits while a forked worker runs the command); git and the
-    others it spawns are left out."""
-    trace = "trace=" + ",".join((*FS_CALLS, "clone", "clone3", "fork", "vfork"))
+    others it spawns are left out. strace counts ``when=N`` per process, so the ordinal
+    among the worker's own calls is the N that kills it there. ``inside``: only the calls
+    that touch ``cwd`` (a scratch file in /tmp is not the writer's state)."""
+    calls = (*FS_CALLS, *(("openat", "creat") if creates else ()))
+    trace = "trace=" + ",".join((*calls, "clone", "clone3", "fork", "vfork"))
     run = _cli(args, cwd, (strace, "-f", "--seccomp-bpf", "-qq", "-o", str(log), "-e", trace))
     assert run.returncode == 0, run.stderr
     seen: dict[str, int] = {}
@@ -74,18 +89,24 @@ def fs_calls(strace: str, args, cwd: Path, log: Path) -> list[tuple[str, int]]:
         m = CALL_LINE.match(line)
         if not m:
             continue
-        assert m.group(1) != cli or m.group(2) not in FS_CALLS, f"the waiting CLI changed the file system: {line}"
-        if m.group(1) == main and m.group(2) in FS_CALLS:
+        changes = m.group(2) in FS_CALLS or m.group(2) == "creat" or (m.group(2) == "openat" and "O_CREAT" in line)
+        assert m.group(1) != cli or not changes, f"the waiting CLI changed the file system: {line}"
+        if m.group(1) == main and m.group(2) in calls:
             seen[m.group(2)] = seen.get(m.group(2), 0) + 1
-            out.append((m.group(2), seen[m.group(2)]))
+            if changes and not (inside and _outside(line, cwd.resolve())):
+                out.append((m.group(2), seen[m.group(2)]))
     return out
 
 
-def crash_matrix(tmp_path: Path, world, args, after, original: dict, finished: dict, recovered: str) -> dict:
+def crash_matrix(tmp_path: Path, world, args, after, original: dict, finished: dict, recovered: str,
+                 creates: bool = False, view=None, inside: bool = False) -> dict:
     """Kill (KILL, INT) ``args`` run in a fresh ``world(dir)`` at each of its file-system
-    syscalls; ``after(dir)`` is the next command. Returns {(call, n, signal): state}."""
+    syscalls (``creates``: each O_CREAT open too); ``after(dir)`` is the next command;
+    ``view(dir)`` the state compared (default: every file under dir). Returns
+    {(call, n, signal): state}."""
     strace = _strace()
-    calls = fs_calls(strace, args, world(tmp_path / "count"), tmp_path / "calls.log")
+    view = view or digest
+    calls = fs_calls(strace, args, world(tmp_path / "count"), tmp_path / "calls.log", creates, inside)
     assert calls, "the run changed nothing?"
 
     def one(case) -> tuple:
@@ -97,7 +118,7 @@ def crash_matrix(tmp_path: Path, world, args, after, original: dict, finished: d
         assert nxt.returncode == 0 and "Traceback" not in nxt.stderr, (call, n, sig, nxt.stderr)
         notes = [ln for ln in nxt.stderr.splitlines() if ln.strip()]
         assert len(notes) <= 1, (call, n, sig, notes)
-        now = digest(d)
+        now = view(d)
         if now == original:
             state = "original"
         else:
@@ -171,6 +192,31 @@ def test_pin_add_killed_or_interrupted_at_each_syscall(tmp_path, initialised, gi
     assert _pin_names(done) == before + ["crash"]
     states = crash_matrix(tmp_path, world, args, lambda d: _cli(["pin", "list"], d),
                           original=digest(initialised), finished=digest(done), recovered="pin add")
+    assert set(states.values()) == {"original", "finished"}
+
+
+def test_patch_new_killed_or_interrupted_at_each_syscall(tmp_path, initialised):
+    """``patch new`` writes one file through the patches directory's journal: killed at any of
+    its renames, unlinks, mkdirs or O_CREAT opens, the next command (``patch list``) finds the
+    draft whole or absent, and nothing else in the directory."""
+    def world(d: Path) -> Path:
+        shutil.copytree(initialised, d)
+        return d
+
+    args = ["patch", "new", "crash-draft", "--arch", "sm120"]
+    done = world(tmp_path / "done")
+    assert _cli(args, done).returncode == 0
+    assert (done / "patches" / "crash-draft.toml").is_file()
+
+    def listed(d: Path) -> subprocess.CompletedProcess:
+        run = _cli(["patch", "list", "--json"], d)
+        ids = [row["id"] for row in json.loads(run.stdout)] if run.returncode == 0 else []
+        # what patch list shows is what the directory holds: the draft whole, or not there
+        assert ("crash-draft" in ids) == (d / "patches" / "crash-draft.toml").is_file(), ids
+        return run
+
+    states = crash_matrix(tmp_path, world, args, listed, original=digest(initialised), finished=digest(done),
+                          recovered="patch new", creates=True, inside=True)
     assert set(states.values()) == {"original", "finished"}
 
 
