@@ -220,6 +220,35 @@ def test_patch_new_killed_or_interrupted_at_each_syscall(tmp_path, initialised):
     assert set(states.values()) == {"original", "finished"}
 
 
+def test_pin_update_killed_or_interrupted_at_each_syscall(tmp_path, initialised, git_repo):
+    """``pin update`` re-resolves a pin written by hand (``rev = "HEAD"``) to its full SHA
+    through matrix.toml's journal: killed anywhere in the directory, the next command
+    (``pin list``) reads the old pin or the resolved one, nothing else left."""
+    def world(d: Path) -> Path:
+        shutil.copytree(initialised, d)
+        with (d / "matrix.toml").open("a", encoding="utf-8") as f:
+            f.write(f'\n[pins.moving]\nrev = "HEAD"\nrepo = "{git_repo}"\n')
+        return d
+
+    def revs(d: Path) -> subprocess.CompletedProcess:
+        run = _cli(["pin", "list", "--json"], d)
+        if run.returncode == 0:
+            (row,) = [r for r in json.loads(run.stdout) if r["name"] == "moving"]
+            assert row["source"].endswith(("@HEAD", sha)), row  # the old pin or the resolved one
+        return run
+
+    sha = subprocess.run(["git", "-C", str(git_repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    args = ["pin", "update", "moving"]
+    original = digest(world(tmp_path / "original"))
+    done = world(tmp_path / "done")
+    assert _cli(args, done).returncode == 0
+    assert f'rev = "{sha}"' in (done / "matrix.toml").read_text()
+    states = crash_matrix(tmp_path, world, args, revs, original=original, finished=digest(done),
+                          recovered="pin update", creates=True, inside=True)
+    assert set(states.values()) == {"original", "finished"}
+
+
 @pytest.mark.parametrize("runs", [2, 6])
 def test_concurrent_pin_adds_lose_no_pin(tmp_path, initialised, git_repo, runs):
     d = shutil.copytree(initialised, tmp_path / "fork")
