@@ -1,19 +1,18 @@
 """Every writer besides ``apply --in-place`` survives a crash, Ctrl-C, a full disk, a target it
 cannot replace and a concurrent run (issue 27; ``apply --in-place`` is tests/test_crash_safety.py).
 
-Fault injection as there: a first strace pass lists the run's syscalls that change the file
-system (rename, unlink, mkdir, rmdir, link, of the main process), then the run is killed with
-SIGKILL and interrupted with SIGINT at each of them in turn; after each, the next command says
+Fault injection as there (tests/support/killmatrix.py): a first strace pass lists the run's
+syscalls that change the file system (rename, unlink, mkdir, rmdir, link, and for the newer
+cases each O_CREAT open, of the worker process), then the run is killed with SIGKILL and
+interrupted with SIGINT at each of them in turn; after each, the next command says
 what it finished or undid in at most one line, and the directory is the original or the
 finished one, nothing else in it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -23,116 +22,9 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import assert_one_line_error, forgepatch
-
-ENV = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-FS_CALLS = ("rename", "renameat", "renameat2", "unlink", "unlinkat", "mkdir", "mkdirat", "rmdir", "link", "linkat")
-CALL_LINE = re.compile(r"^(\d+) +(\w+)\(")
-
-
-def _strace() -> str:
-    path = shutil.which("strace")
-    if path is None:
-        if os.environ.get("FORGEPATCH_STRICT"):
-            pytest.fail("strace is required (tests/run.sh installs it)")
-        pytest.skip("strace not installed")
-    return path
-
-
-def digest(root: Path) -> dict[str, str]:
-    """Every file and directory under root (hidden state, temp files and all)."""
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
-            for p in sorted(root.rglob("*"))}
-
-
-def _cli(args, cwd, prefix=(), env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([*prefix, sys.executable, "-m", "forgepatch", *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True, env=env or ENV, timeout=600)
-
+from tests.support.killmatrix import ENV, _cli, _strace, crash_matrix, digest
 
 PATIENT = {**ENV, "FORGEPATCH_LOCK_TIMEOUT": "500"}  # six runs queue on a shared 2-core CI machine
-
-
-FORK_LINE = re.compile(r"^(\d+) +(?:<\.\.\. )?(?:clone3?|fork|vfork)\b.* = (\d+)$")
-
-
-def _outside(line: str, root: Path) -> bool:
-    """Whether a traced call changes only paths outside ``root`` (absolute, elsewhere: a
-    temp dir under /tmp); a call relative to another directory's fd counts as inside."""
-    args = line.split("(", 1)[1]
-    if re.match(r"\d+,", args):
-        return False
-    paths = re.findall(r'"((?:[^"\\]|\\.)*)"', args)
-    return bool(paths) and all(p.startswith("/") and not p.startswith(f"{root}/") and p != str(root) for p in paths)
-
-
-def fs_calls(strace: str, args, cwd: Path, log: Path, creates: bool = False,
-             inside: bool = False) -> list[tuple[str, int]]:
-    """(syscall, its ordinal among the worker's calls of that name) for each call of FS_CALLS
-    the run makes, in order (``creates``: also each ``openat``/``creat`` that may create a
-    file, O_CREAT). The worker is the CLI's first child (infra/supervisor.py: the
-    ``forgepatch`` process waits while a forked worker runs the command); git and the
-    others it spawns are left out. strace counts ``when=N`` per process, so the ordinal
-    among the worker's own calls is the N that kills it there. ``inside``: only the calls
-    that touch ``cwd`` (a scratch file in /tmp is not the writer's state)."""
-    calls = (*FS_CALLS, *(("openat", "creat") if creates else ()))
-    trace = "trace=" + ",".join((*calls, "clone", "clone3", "fork", "vfork"))
-    run = _cli(args, cwd, (strace, "-f", "--seccomp-bpf", "-qq", "-o", str(log), "-e", trace))
-    assert run.returncode == 0, run.stderr
-    seen: dict[str, int] = {}
-    out, cli, main = [], None, None
-    for line in log.read_text().splitlines():
-        cli = cli or line.split(" ", 1)[0]  # strace's first tracee is the CLI itself
-        fork = FORK_LINE.match(line)
-        if fork and main is None and fork.group(1) == cli:
-            main = fork.group(2)
-            continue
-        m = CALL_LINE.match(line)
-        if not m:
-            continue
-        changes = m.group(2) in FS_CALLS or m.group(2) == "creat" or (m.group(2) == "openat" and "O_CREAT" in line)
-        assert m.group(1) != cli or not changes, f"the waiting CLI changed the file system: {line}"
-        if m.group(1) == main and m.group(2) in calls:
-            seen[m.group(2)] = seen.get(m.group(2), 0) + 1
-            if changes and not (inside and _outside(line, cwd.resolve())):
-                out.append((m.group(2), seen[m.group(2)]))
-    return out
-
-
-def crash_matrix(tmp_path: Path, world, args, after, original: dict, finished: dict, recovered: str,
-                 creates: bool = False, view=None, inside: bool = False) -> dict:
-    """Kill (KILL, INT) ``args`` run in a fresh ``world(dir)`` at each of its file-system
-    syscalls (``creates``: each O_CREAT open too); ``after(dir)`` is the next command;
-    ``view(dir)`` the state compared (default: every file under dir). Returns
-    {(call, n, signal): state}."""
-    strace = _strace()
-    view = view or digest
-    calls = fs_calls(strace, args, world(tmp_path / "count"), tmp_path / "calls.log", creates, inside)
-    assert calls, "the run changed nothing?"
-
-    def one(case) -> tuple:
-        (call, n), sig = case
-        d = world(tmp_path / f"{call}-{n}-{sig}")
-        run = _cli(args, d, (strace, "-f", "--seccomp-bpf", "-qq", "-e", f"inject={call}:signal={sig}:when={n}"))
-        assert "Traceback" not in run.stderr, run.stderr
-        nxt = after(d)
-        assert nxt.returncode == 0 and "Traceback" not in nxt.stderr, (call, n, sig, nxt.stderr)
-        notes = [ln for ln in nxt.stderr.splitlines() if ln.strip()]
-        assert len(notes) <= 1, (call, n, sig, notes)
-        now = view(d)
-        if now == original:
-            state = "original"
-        else:
-            assert now == finished, (call, n, sig, sorted(set(now) ^ set(finished)) or now)
-            state = "finished"
-        if notes:
-            assert ("rolled back" in notes[0] and state == "original") or (
-                f"completed an interrupted {recovered}" in notes[0] and state == "finished"), (call, n, sig, notes)
-        shutil.rmtree(d)
-        return (call, n, sig), state
-
-    cases = [(c, sig) for c in calls for sig in ("KILL", "INT")]
-    with ThreadPoolExecutor(3) as pool:  # the traced runs spend most of their time stopped
-        return dict(pool.map(one, cases))
 
 
 # -- init --------------------------------------------------------------------------------------
