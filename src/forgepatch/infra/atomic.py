@@ -12,6 +12,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from forgepatch.infra.journal import uninterrupted
+
 
 def _default_mode() -> int:
     umask = os.umask(0)
@@ -52,8 +54,12 @@ def write_atomic(path: Path, data: bytes | str | Path, *, validate: Callable[[Pa
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     refuse_special(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = None
     try:
+        # Ctrl-C held off while the temp file is made: a KeyboardInterrupt raised between
+        # mkstemp's open and its return would leave the file with nobody to remove it
+        with uninterrupted():
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         if isinstance(data, Path):
             os.close(fd)
             os.unlink(tmp)
@@ -85,7 +91,8 @@ def write_atomic(path: Path, data: bytes | str | Path, *, validate: Callable[[Pa
         else:
             os.replace(tmp, path)
     finally:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
     if durable:
         dfd = os.open(path.parent, os.O_RDONLY)
         try:
