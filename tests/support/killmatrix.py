@@ -50,25 +50,28 @@ def _cli(args, cwd, prefix=(), env=None) -> subprocess.CompletedProcess:
 FORK_LINE = re.compile(r"^(\d+) +(?:<\.\.\. )?(?:clone3?|fork|vfork)\b.* = (\d+)$")
 
 
-def _outside(line: str, root: Path) -> bool:
-    """Whether a traced call changes only paths outside ``root`` (absolute, elsewhere: a
+def _outside(line: str, roots: tuple[Path, ...]) -> bool:
+    """Whether a traced call changes only paths outside ``roots`` (absolute, elsewhere: a
     temp dir under /tmp); a call relative to another directory's fd counts as inside."""
     args = line.split("(", 1)[1]
     if re.match(r"\d+,", args):
         return False
     paths = re.findall(r'"((?:[^"\\]|\\.)*)"', args)
-    return bool(paths) and all(p.startswith("/") and not p.startswith(f"{root}/") and p != str(root) for p in paths)
+    return bool(paths) and all(p.startswith("/") and not any(p.startswith(f"{r}/") or p == str(r) for r in roots)
+                               for p in paths)
 
 
 def fs_calls(strace: str, args, cwd: Path, log: Path, creates: bool = False,
-             inside: bool = False, env: dict | None = None) -> list[tuple[str, int]]:
+             inside: bool | tuple[Path, ...] = False, env: dict | None = None) -> list[tuple[str, int]]:
     """(syscall, its ordinal among the worker's calls of that name) for each call of FS_CALLS
     the run makes, in order (``creates``: also each ``openat``/``creat`` that may create a
     file, O_CREAT). The worker is the CLI's first child (infra/supervisor.py: the
     ``forgepatch`` process waits while a forked worker runs the command); git and the
     others it spawns are left out. strace counts ``when=N`` per process, so the ordinal
     among the worker's own calls is the N that kills it there. ``inside``: only the calls
-    that touch ``cwd`` (a scratch file in /tmp is not the writer's state)."""
+    that touch ``cwd`` (a scratch file in /tmp is not the writer's state), or, a tuple,
+    ``cwd`` and those directories."""
+    roots = (cwd.resolve(), *(() if isinstance(inside, bool) else inside))
     calls = (*FS_CALLS, *(("openat", "creat") if creates else ()))
     trace = "trace=" + ",".join((*calls, "clone", "clone3", "fork", "vfork"))
     run = _cli(args, cwd, (strace, "-f", "--seccomp-bpf", "-qq", "-o", str(log), "-e", trace), env)
@@ -88,26 +91,48 @@ def fs_calls(strace: str, args, cwd: Path, log: Path, creates: bool = False,
         assert m.group(1) != cli or not changes, f"the waiting CLI changed the file system: {line}"
         if m.group(1) == main and m.group(2) in calls:
             seen[m.group(2)] = seen.get(m.group(2), 0) + 1
-            if changes and not (inside and _outside(line, cwd.resolve())):
+            if changes and not (inside and _outside(line, roots)):
                 out.append((m.group(2), seen[m.group(2)]))
     return out
 
 
+def distinct(calls: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """The first and the last call of each run of one syscall kind (a run of 40 unlinks is
+    killed at its ends, not 40 times): every kind at every position it takes between other
+    kinds."""
+    out = []
+    for i, (call, n) in enumerate(calls):
+        first = i == 0 or calls[i - 1][0] != call
+        last = i == len(calls) - 1 or calls[i + 1][0] != call
+        if first or last:
+            out.append((call, n))
+    return out
+
+
 def crash_matrix(tmp_path: Path, world, args, after, original: dict, finished: dict, recovered: str,
-                 creates: bool = False, view=None, inside: bool = False, env: dict | None = None) -> dict:
+                 creates: bool = False, view=None, inside: bool | tuple[Path, ...] = False, env: dict | None = None,
+                 sample=None, extra=(), workers: int = 3) -> dict:
     """Kill (KILL, INT) ``args`` run in a fresh ``world(dir)`` at each of its file-system
-    syscalls (``creates``: each O_CREAT open too); ``after(dir)`` is the next command;
-    ``view(dir)`` the state compared (default: every file under dir). Returns
+    syscalls (``creates``: each O_CREAT open too; ``sample``: a function picking some of the
+    calls, e.g. ``distinct``); ``extra``: (name, f(dir, signal) -> strace options) cases
+    killing a child process (``-P PATH -e inject=...``); ``after(dir)`` is the next
+    command; ``view(dir)`` the state compared (default: every file under dir). Returns
     {(call, n, signal): state}."""
     strace = _strace()
     view = view or digest
     calls = fs_calls(strace, args, world(tmp_path / "count"), tmp_path / "calls.log", creates, inside, env)
     assert calls, "the run changed nothing?"
+    if sample is not None:
+        calls = sample(calls)
 
     def one(case) -> tuple:
         (call, n), sig = case
-        d = world(tmp_path / f"{call}-{n}-{sig}")
-        run = _cli(args, d, (strace, "-f", "--seccomp-bpf", "-qq", "-e", f"inject={call}:signal={sig}:when={n}"), env)
+        d = world(tmp_path / f"{call}-{n if isinstance(n, int) else 'child'}-{sig}")
+        if isinstance(n, int):
+            opts = ["-e", f"inject={call}:signal={sig}:when={n}"]
+        else:  # an extra case
+            opts = n(d, sig)
+        run = _cli(args, d, (strace, "-f", "--seccomp-bpf", "-qq", *opts), env)
         assert "Traceback" not in run.stderr, run.stderr
         nxt = after(d)
         assert nxt.returncode == 0 and "Traceback" not in nxt.stderr, (call, n, sig, nxt.stderr)
@@ -123,8 +148,8 @@ def crash_matrix(tmp_path: Path, world, args, after, original: dict, finished: d
             assert ("rolled back" in notes[0] and state == "original") or (
                 f"completed an interrupted {recovered}" in notes[0] and state == "finished"), (call, n, sig, notes)
         shutil.rmtree(d)
-        return (call, n, sig), state
+        return (call, n if isinstance(n, int) else "child", sig), state
 
-    cases = [(c, sig) for c in calls for sig in ("KILL", "INT")]
-    with ThreadPoolExecutor(3) as pool:  # the traced runs spend most of their time stopped
+    cases = [(c, sig) for c in [*calls, *extra] for sig in ("KILL", "INT")]
+    with ThreadPoolExecutor(workers) as pool:  # the traced runs spend most of their time stopped
         return dict(pool.map(one, cases))
