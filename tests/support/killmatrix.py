@@ -111,12 +111,13 @@ def distinct(calls: list[tuple[str, int]]) -> list[tuple[str, int]]:
 
 def crash_matrix(tmp_path: Path, world, args, after, original: dict, finished: dict, recovered: str,
                  creates: bool = False, view=None, inside: bool | tuple[Path, ...] = False, env: dict | None = None,
-                 sample=None, extra=(), workers: int = 3) -> dict:
+                 sample=None, extra=(), workers: int = 3, also_ok: tuple[str, ...] = ()) -> dict:
     """Kill (KILL, INT) ``args`` run in a fresh ``world(dir)`` at each of its file-system
     syscalls (``creates``: each O_CREAT open too; ``sample``: a function picking some of the
     calls, e.g. ``distinct``); ``extra``: (name, f(dir, signal) -> strace options) cases
     killing a child process (``-P PATH -e inject=...``); ``after(dir)`` is the next
-    command; ``view(dir)`` the state compared (default: every file under dir). Returns
+    command (its one note says it rolled back, completed the interrupted ``recovered``, or
+    one of ``also_ok`` with the state finished); ``view(dir)`` the state compared (default: every file under dir). Returns
     {(call, n, signal): state}."""
     strace = _strace()
     view = view or digest
@@ -145,8 +146,9 @@ def crash_matrix(tmp_path: Path, world, args, after, original: dict, finished: d
             assert now == finished, (call, n, sig, sorted(set(now) ^ set(finished)) or now)
             state = "finished"
         if notes:
+            finishing = (f"completed an interrupted {recovered}", *also_ok)
             assert ("rolled back" in notes[0] and state == "original") or (
-                f"completed an interrupted {recovered}" in notes[0] and state == "finished"), (call, n, sig, notes)
+                any(p in notes[0] for p in finishing) and state == "finished"), (call, n, sig, notes)
         shutil.rmtree(d)
         return (call, n if isinstance(n, int) else "child", sig), state
 

@@ -39,6 +39,16 @@ def refuse_special(path: Path) -> None:
         raise OSError(errno.EEXIST, f"is {kind}; refusing to replace it", str(path))
 
 
+def stale_temps(directory: Path, name: str = "*") -> list[Path]:
+    """The temp files ``write_atomic`` makes for ``directory/name`` (a glob): what a write
+    killed before its rename leaves. Only a caller holding the lock every writer of those
+    files takes may remove them (a live writer's temp file matches too)."""
+    try:
+        return sorted(p for p in Path(directory).glob(f".{name}.*.tmp") if p.is_file())
+    except OSError:
+        return []
+
+
 def write_atomic(path: Path, data: bytes | str | Path, *, validate: Callable[[Path], object] | None = None,
                  durable: bool = False, exclusive: bool = False, mode: int | None = None,
                  mtime: float | None = None) -> None:
@@ -59,7 +69,7 @@ def write_atomic(path: Path, data: bytes | str | Path, *, validate: Callable[[Pa
         # Ctrl-C held off while the temp file is made: a KeyboardInterrupt raised between
         # mkstemp's open and its return would leave the file with nobody to remove it
         with uninterrupted():
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)  # stale_temps' names
         if isinstance(data, Path):
             os.close(fd)
             os.unlink(tmp)
