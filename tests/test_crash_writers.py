@@ -108,7 +108,7 @@ def test_patch_new_killed_or_interrupted_at_each_syscall(tmp_path, initialised):
         return run
 
     states = crash_matrix(tmp_path, world, args, listed, original=digest(initialised), finished=digest(done),
-                          recovered="patch new", creates=True, inside=True)
+                          recovered="patch new", creates=True, inside=True, effective=True)
     assert set(states.values()) == {"original", "finished"}
 
 
@@ -137,7 +137,7 @@ def test_pin_update_killed_or_interrupted_at_each_syscall(tmp_path, initialised,
     assert _cli(args, done).returncode == 0
     assert f'rev = "{sha}"' in (done / "matrix.toml").read_text()
     states = crash_matrix(tmp_path, world, args, revs, original=original, finished=digest(done),
-                          recovered="pin update", creates=True, inside=True)
+                          recovered="pin update", creates=True, inside=True, effective=True)
     assert set(states.values()) == {"original", "finished"}
 
 

@@ -107,6 +107,6 @@ def test_pin_base_killed_or_interrupted_at_each_syscall(world, pushed_base, tmp_
     assert f'base_image = "{pinned}"' in (done / "matrix.toml").read_text()
     states = crash_matrix(tmp_path, case, ["pin", "base", ARCH], lambda d: _cli(["pin", "list"], d, env=cli_env()),
                           original=digest(case(tmp_path / "original")), finished=digest(done), recovered="pin base",
-                          creates=True, inside=True, env=cli_env(), sample=distinct)
+                          creates=True, inside=True, env=cli_env(), sample=distinct, effective=True)
     assert set(states.values()) == {"original", "finished"}
     shutil.rmtree(done)

@@ -187,5 +187,6 @@ def test_a_report_set_replaced_is_old_or_new_after_a_kill_or_ctrl_c_at_each_sysc
         return got
 
     states = crash_matrix(tmp_path, world, args(runs["s1"], runs["s2"]), next_report, original=the_set(old),
-                          finished=the_set(new), recovered="results merge", creates=True, inside=True, view=the_set)
+                          finished=the_set(new), recovered="results merge", creates=True, inside=True, view=the_set,
+                          effective=True)
     assert set(states.values()) == {"original", "finished"}

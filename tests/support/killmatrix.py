@@ -62,7 +62,8 @@ def _outside(line: str, roots: tuple[Path, ...]) -> bool:
 
 
 def fs_calls(strace: str, args, cwd: Path, log: Path, creates: bool = False,
-             inside: bool | tuple[Path, ...] = False, env: dict | None = None) -> list[tuple[str, int]]:
+             inside: bool | tuple[Path, ...] = False, env: dict | None = None,
+             effective: bool = False) -> list[tuple[str, int]]:
     """(syscall, its ordinal among the worker's calls of that name) for each call of FS_CALLS
     the run makes, in order (``creates``: also each ``openat``/``creat`` that may create a
     file, O_CREAT). The worker is the CLI's first child (infra/supervisor.py: the
@@ -70,7 +71,9 @@ def fs_calls(strace: str, args, cwd: Path, log: Path, creates: bool = False,
     others it spawns are left out. strace counts ``when=N`` per process, so the ordinal
     among the worker's own calls is the N that kills it there. ``inside``: only the calls
     that touch ``cwd`` (a scratch file in /tmp is not the writer's state), or, a tuple,
-    ``cwd`` and those directories."""
+    ``cwd`` and those directories. ``effective``: only the calls that succeeded (a mkdir
+    of a directory that exists, an unlink of a file already renamed change nothing: a kill
+    there is a kill at the next call)."""
     roots = (cwd.resolve(), *(() if isinstance(inside, bool) else inside))
     calls = (*FS_CALLS, *(("openat", "creat") if creates else ()))
     trace = "trace=" + ",".join((*calls, "clone", "clone3", "fork", "vfork"))
@@ -91,7 +94,8 @@ def fs_calls(strace: str, args, cwd: Path, log: Path, creates: bool = False,
         assert m.group(1) != cli or not changes, f"the waiting CLI changed the file system: {line}"
         if m.group(1) == main and m.group(2) in calls:
             seen[m.group(2)] = seen.get(m.group(2), 0) + 1
-            if changes and not (inside and _outside(line, roots)):
+            failed = bool(re.search(r"\) += -1 E[A-Z]+", line))
+            if changes and not (inside and _outside(line, roots)) and not (effective and failed):
                 out.append((m.group(2), seen[m.group(2)]))
     return out
 
@@ -111,7 +115,8 @@ def distinct(calls: list[tuple[str, int]]) -> list[tuple[str, int]]:
 
 def crash_matrix(tmp_path: Path, world, args, after, original: dict, finished: dict, recovered: str,
                  creates: bool = False, view=None, inside: bool | tuple[Path, ...] = False, env: dict | None = None,
-                 sample=None, extra=(), workers: int = 3, also_ok: tuple[str, ...] = ()) -> dict:
+                 sample=None, extra=(), workers: int = 3, also_ok: tuple[str, ...] = (),
+                 effective: bool = False) -> dict:
     """Kill (KILL, INT) ``args`` run in a fresh ``world(dir)`` at each of its file-system
     syscalls (``creates``: each O_CREAT open too; ``sample``: a function picking some of the
     calls, e.g. ``distinct``); ``extra``: (name, f(dir, signal) -> strace options) cases
@@ -121,7 +126,7 @@ def crash_matrix(tmp_path: Path, world, args, after, original: dict, finished: d
     {(call, n, signal): state}."""
     strace = _strace()
     view = view or digest
-    calls = fs_calls(strace, args, world(tmp_path / "count"), tmp_path / "calls.log", creates, inside, env)
+    calls = fs_calls(strace, args, world(tmp_path / "count"), tmp_path / "calls.log", creates, inside, env, effective)
     assert calls, "the run changed nothing?"
     if sample is not None:
         calls = sample(calls)
