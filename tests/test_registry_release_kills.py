@@ -10,8 +10,9 @@ the ledger does not have.
 
 Each case gets its own copy of the fork repository, its own ledger and its own registry
 repository (the one pushed image, mounted blob by blob into a new name, so each case starts
-with no tag in the registry); they all go through one fault-injecting proxy on 127.0.0.1
-(tests/support/faulty_proxy.py) in front of the real registry.
+with no tag in the registry), so cases run three at a time; they go through a fault-injecting
+proxy on 127.0.0.1 (tests/support/faulty_proxy.py; a registry-fault case has its own, with
+its own request count) in front of the real registry.
 """
 
 from __future__ import annotations
@@ -103,12 +104,15 @@ def _head(base: Base, repo: str, tag: str) -> str | None:
     return headers.get("Docker-Content-Digest") if status == 200 else None
 
 
-def make_case(base: Base, d: Path) -> Path:
+def make_case(base: Base, d: Path, proxy=None) -> Path:
     """A fresh release case in ``d``: the fork repo, a matrix and results naming a new
-    registry repository holding the image, no ledger."""
+    registry repository holding the image (through ``proxy``, default the module's), no
+    ledger."""
     d.mkdir(parents=True)
     shutil.copytree(base.world.repo / ".git", d / "fork" / ".git", symlinks=True)
     repo = f"{base.world.image_repo}-{uuid.uuid4().hex[:8]}"
+    if proxy is not None:
+        repo = f"{proxy.host}/{base.path(repo)}"
     _mirror(base, repo)
     (d / "image-repo").write_text(repo)
     (d / "matrix.toml").write_text(base.world.config.read_text().replace(base.world.image_repo, repo))
@@ -201,36 +205,50 @@ def test_a_release_killed_or_interrupted_at_each_syscall_is_finished_by_the_next
     assert len(states) >= 2 * 8, sorted(states)  # archive, lock, pending record, ledger: each a few calls
 
 
-def test_the_registry_failing_at_each_request_or_down_is_finished_by_the_next_release(base, proxy, tmp_path):
-    done = make_case(base, tmp_path / "count")
-    proxy.fail_request(None)
-    assert _cli(args(base), done, env=cli_env()).returncode == 0
-    requests = proxy.requests
-    assert requests >= 2, requests  # at least the two manifest PUTs
-    cases = [("down", None), *(("request", n) for n in range(1, requests + 1))]
-    for kind, n in cases:
-        d = make_case(base, tmp_path / f"{kind}-{n}")
-        proxy.down = kind == "down"
-        proxy.fail_request(n)
+def test_the_registry_failing_at_each_request_or_down_is_finished_by_the_next_release(base, registry, tmp_path):
+    """Each case its own proxy (its own request count) in front of the one registry, three at
+    a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from support.faulty_proxy import FaultyProxy
+
+    def one(case) -> tuple:
+        kind, n = case
+        proxy = FaultyProxy(registry.host)
         try:
+            d = make_case(base, tmp_path / f"{kind}-{n}", proxy)
+            proxy.down = kind == "down"
+            proxy.fail_request(n)
             run = _cli(args(base), d, env=cli_env())
-        finally:
+            requests = proxy.requests
             proxy.down = False
             proxy.fail_request(None)
-        lines = [ln for ln in run.stderr.splitlines() if ln.strip()]
-        assert run.returncode in (1, 2) and len(lines) == 1 and "Traceback" not in run.stderr, (kind, n, run.stderr)
-        now = state(base, d)
-        if kind == "down":
-            assert now == original_state(), now  # refused before anything was written
-        else:
-            assert now["git locks"] == [] and not any(t.endswith(".tmp") for t in now["pending"]), now
-        # never a registry tag for a release the ledger does not have
-        if TAG not in now["ledger"]:
-            assert now["registry"] == {VALIDATED: None, RELEASE_TAG: None}, (kind, n, now)
-        again = next_release(base, d)
-        notes = [ln for ln in again.stderr.splitlines() if ln.strip()]
-        assert again.returncode == 0 and len(notes) <= 1, (kind, n, again.stderr)
-        assert state(base, d) == finished_state(base), (kind, n)
-        if now["ledger"] == [TAG] and now["registry"][RELEASE_TAG] is None:
-            assert notes and f"completed an interrupted release of {TAG}" in notes[0], (kind, n, notes)
-        shutil.rmtree(d)
+            lines = [ln for ln in run.stderr.splitlines() if ln.strip()]
+            if kind == "count":
+                assert run.returncode == 0, run.stderr
+                return requests
+            assert run.returncode in (1, 2) and len(lines) == 1 and "Traceback" not in run.stderr, (kind, n, run.stderr)
+            now = state(base, d)
+            if kind == "down":
+                assert now == original_state(), now  # refused before anything was written
+            else:
+                assert now["git locks"] == [] and not any(t.endswith(".tmp") for t in now["pending"]), now
+            # never a registry tag for a release the ledger does not have
+            if TAG not in now["ledger"]:
+                assert now["registry"] == {VALIDATED: None, RELEASE_TAG: None}, (kind, n, now)
+            again = next_release(base, d)
+            notes = [ln for ln in again.stderr.splitlines() if ln.strip()]
+            assert again.returncode == 0 and len(notes) <= 1, (kind, n, again.stderr)
+            assert state(base, d) == finished_state(base), (kind, n)
+            if now["ledger"] == [TAG] and now["registry"][RELEASE_TAG] is None:
+                assert notes and f"completed an interrupted release of {TAG}" in notes[0], (kind, n, notes)
+            shutil.rmtree(d)
+            return kind, n
+        finally:
+            proxy.stop()
+
+    requests = one(("count", None))
+    assert requests >= 2, requests  # at least the two manifest PUTs
+    cases = [("down", None), *(("request", n) for n in range(1, requests + 1))]
+    with ThreadPoolExecutor(3) as pool:
+        assert list(pool.map(one, cases)) == cases
