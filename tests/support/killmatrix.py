@@ -140,6 +140,7 @@ def crash_matrix(tmp_path: Path, world, args, after, original: dict, finished: d
             opts = n(d, sig)
         run = _cli(args, d, (strace, "-f", "--seccomp-bpf", "-qq", *opts), env)
         assert "Traceback" not in run.stderr, run.stderr
+        assert isinstance(n, int) or run.returncode != 0, (call, sig, "the child was never reached")
         nxt = after(d)
         assert nxt.returncode == 0 and "Traceback" not in nxt.stderr, (call, n, sig, nxt.stderr)
         notes = [ln for ln in nxt.stderr.splitlines() if ln.strip()]
