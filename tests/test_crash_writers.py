@@ -1,19 +1,18 @@
 """Every writer besides ``apply --in-place`` survives a crash, Ctrl-C, a full disk, a target it
 cannot replace and a concurrent run (issue 27; ``apply --in-place`` is tests/test_crash_safety.py).
 
-Fault injection as there: a first strace pass lists the run's syscalls that change the file
-system (rename, unlink, mkdir, rmdir, link, of the main process), then the run is killed with
-SIGKILL and interrupted with SIGINT at each of them in turn; after each, the next command says
+Fault injection as there (tests/support/killmatrix.py): a first strace pass lists the run's
+syscalls that change the file system (rename, unlink, mkdir, rmdir, link, and for the newer
+cases each O_CREAT open, of the worker process), then the run is killed with SIGKILL and
+interrupted with SIGINT at each of them in turn; after each, the next command says
 what it finished or undid in at most one line, and the directory is the original or the
 finished one, nothing else in it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -23,95 +22,9 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import assert_one_line_error, forgepatch
-
-ENV = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-FS_CALLS = ("rename", "renameat", "renameat2", "unlink", "unlinkat", "mkdir", "mkdirat", "rmdir", "link", "linkat")
-CALL_LINE = re.compile(r"^(\d+) +(\w+)\(")
-
-
-def _strace() -> str:
-    path = shutil.which("strace")
-    if path is None:
-        if os.environ.get("FORGEPATCH_STRICT"):
-            pytest.fail("strace is required (tests/run.sh installs it)")
-        pytest.skip("strace not installed")
-    return path
-
-
-def digest(root: Path) -> dict[str, str]:
-    """Every file and directory under root (hidden state, temp files and all)."""
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
-            for p in sorted(root.rglob("*"))}
-
-
-def _cli(args, cwd, prefix=(), env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([*prefix, sys.executable, "-m", "forgepatch", *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True, env=env or ENV, timeout=600)
-
+from tests.support.killmatrix import ENV, _cli, _strace, crash_matrix, digest
 
 PATIENT = {**ENV, "FORGEPATCH_LOCK_TIMEOUT": "500"}  # six runs queue on a shared 2-core CI machine
-
-
-FORK_LINE = re.compile(r"^(\d+) +(?:<\.\.\. )?(?:clone3?|fork|vfork)\b.* = (\d+)$")
-
-
-def fs_calls(strace: str, args, cwd: Path, log: Path) -> list[tuple[str, int]]:
-    """(syscall, its ordinal among the worker's calls of that name) for each call of FS_CALLS
-    the run makes, in order. The worker is the CLI's first child (infra/supervisor.py: the
-    ``forgepatch`` process waits while a forked worker runs the command); git and the
-    others it spawns are left out."""
-    trace = "trace=" + ",".join((*FS_CALLS, "clone", "clone3", "fork", "vfork"))
-    run = _cli(args, cwd, (strace, "-f", "--seccomp-bpf", "-qq", "-o", str(log), "-e", trace))
-    assert run.returncode == 0, run.stderr
-    seen: dict[str, int] = {}
-    out, cli, main = [], None, None
-    for line in log.read_text().splitlines():
-        cli = cli or line.split(" ", 1)[0]  # strace's first tracee is the CLI itself
-        fork = FORK_LINE.match(line)
-        if fork and main is None and fork.group(1) == cli:
-            main = fork.group(2)
-            continue
-        m = CALL_LINE.match(line)
-        if not m:
-            continue
-        assert m.group(1) != cli or m.group(2) not in FS_CALLS, f"the waiting CLI changed the file system: {line}"
-        if m.group(1) == main and m.group(2) in FS_CALLS:
-            seen[m.group(2)] = seen.get(m.group(2), 0) + 1
-            out.append((m.group(2), seen[m.group(2)]))
-    return out
-
-
-def crash_matrix(tmp_path: Path, world, args, after, original: dict, finished: dict, recovered: str) -> dict:
-    """Kill (KILL, INT) ``args`` run in a fresh ``world(dir)`` at each of its file-system
-    syscalls; ``after(dir)`` is the next command. Returns {(call, n, signal): state}."""
-    strace = _strace()
-    calls = fs_calls(strace, args, world(tmp_path / "count"), tmp_path / "calls.log")
-    assert calls, "the run changed nothing?"
-
-    def one(case) -> tuple:
-        (call, n), sig = case
-        d = world(tmp_path / f"{call}-{n}-{sig}")
-        run = _cli(args, d, (strace, "-f", "--seccomp-bpf", "-qq", "-e", f"inject={call}:signal={sig}:when={n}"))
-        assert "Traceback" not in run.stderr, run.stderr
-        nxt = after(d)
-        assert nxt.returncode == 0 and "Traceback" not in nxt.stderr, (call, n, sig, nxt.stderr)
-        notes = [ln for ln in nxt.stderr.splitlines() if ln.strip()]
-        assert len(notes) <= 1, (call, n, sig, notes)
-        now = digest(d)
-        if now == original:
-            state = "original"
-        else:
-            assert now == finished, (call, n, sig, sorted(set(now) ^ set(finished)) or now)
-            state = "finished"
-        if notes:
-            assert ("rolled back" in notes[0] and state == "original") or (
-                f"completed an interrupted {recovered}" in notes[0] and state == "finished"), (call, n, sig, notes)
-        shutil.rmtree(d)
-        return (call, n, sig), state
-
-    cases = [(c, sig) for c in calls for sig in ("KILL", "INT")]
-    with ThreadPoolExecutor(3) as pool:  # the traced runs spend most of their time stopped
-        return dict(pool.map(one, cases))
 
 
 # -- init --------------------------------------------------------------------------------------
@@ -171,6 +84,60 @@ def test_pin_add_killed_or_interrupted_at_each_syscall(tmp_path, initialised, gi
     assert _pin_names(done) == before + ["crash"]
     states = crash_matrix(tmp_path, world, args, lambda d: _cli(["pin", "list"], d),
                           original=digest(initialised), finished=digest(done), recovered="pin add")
+    assert set(states.values()) == {"original", "finished"}
+
+
+def test_patch_new_killed_or_interrupted_at_each_syscall(tmp_path, initialised):
+    """``patch new`` writes one file through the patches directory's journal: killed at any of
+    its renames, unlinks, mkdirs or O_CREAT opens, the next command (``patch list``) finds the
+    draft whole or absent, and nothing else in the directory."""
+    def world(d: Path) -> Path:
+        shutil.copytree(initialised, d)
+        return d
+
+    args = ["patch", "new", "crash-draft", "--arch", "sm120"]
+    done = world(tmp_path / "done")
+    assert _cli(args, done).returncode == 0
+    assert (done / "patches" / "crash-draft.toml").is_file()
+
+    def listed(d: Path) -> subprocess.CompletedProcess:
+        run = _cli(["patch", "list", "--json"], d)
+        ids = [row["id"] for row in json.loads(run.stdout)] if run.returncode == 0 else []
+        # what patch list shows is what the directory holds: the draft whole, or not there
+        assert ("crash-draft" in ids) == (d / "patches" / "crash-draft.toml").is_file(), ids
+        return run
+
+    states = crash_matrix(tmp_path, world, args, listed, original=digest(initialised), finished=digest(done),
+                          recovered="patch new", creates=True, inside=True, effective=True)
+    assert set(states.values()) == {"original", "finished"}
+
+
+def test_pin_update_killed_or_interrupted_at_each_syscall(tmp_path, initialised, git_repo):
+    """``pin update`` re-resolves a pin written by hand (``rev = "HEAD"``) to its full SHA
+    through matrix.toml's journal: killed anywhere in the directory, the next command
+    (``pin list``) reads the old pin or the resolved one, nothing else left."""
+    def world(d: Path) -> Path:
+        shutil.copytree(initialised, d)
+        with (d / "matrix.toml").open("a", encoding="utf-8") as f:
+            f.write(f'\n[pins.moving]\nrev = "HEAD"\nrepo = "{git_repo}"\n')
+        return d
+
+    def revs(d: Path) -> subprocess.CompletedProcess:
+        run = _cli(["pin", "list", "--json"], d)
+        if run.returncode == 0:
+            (row,) = [r for r in json.loads(run.stdout) if r["name"] == "moving"]
+            assert row["source"].endswith(("@HEAD", sha)), row  # the old pin or the resolved one
+        return run
+
+    sha = subprocess.run(["git", "-C", str(git_repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    args = ["pin", "update", "moving"]
+    original = digest(world(tmp_path / "original"))
+    done = world(tmp_path / "done")
+    assert _cli(args, done).returncode == 0
+    assert f'rev = "{sha}"' in (done / "matrix.toml").read_text()
+    states = crash_matrix(tmp_path, world, args, revs, original=original, finished=digest(done),
+                          recovered="pin update", creates=True, inside=True, effective=True)
     assert set(states.values()) == {"original", "finished"}
 
 

@@ -81,3 +81,32 @@ def test_pin_base_bad_input(world, registry, tmp_path):
     r = run(world, "pin", "base", ARCH, "--image", "Not A Ref")
     assert_one_line_error(r, 2, "--image")
     assert world.config.read_text() == before
+
+
+def test_pin_base_killed_or_interrupted_at_each_syscall(world, pushed_base, tmp_path):
+    """`pin base` writes matrix.toml through its directory's journal: killed (SIGKILL) or
+    interrupted (SIGINT) at the first and last of each run of its file-system calls in the
+    directory (O_CREAT opens too; the journal path is pin update's, killed at every call in
+    tests/test_crash_writers.py), the next command (`pin list`) finds the tag or the digest,
+    nothing else."""
+    import shutil
+
+    from support.killmatrix import _cli, crash_matrix, digest, distinct
+
+    tagged, pinned = pushed_base
+    world.write_matrix()
+    text = world.config.read_text().replace(f'base_image = "{world.base}"', f'base_image = "{tagged}"', 1)
+
+    def case(d):
+        d.mkdir(parents=True)
+        (d / "matrix.toml").write_text(text)
+        return d
+
+    done = case(tmp_path / "done")
+    assert _cli(["pin", "base", ARCH], done, env=cli_env()).returncode == 0
+    assert f'base_image = "{pinned}"' in (done / "matrix.toml").read_text()
+    states = crash_matrix(tmp_path, case, ["pin", "base", ARCH], lambda d: _cli(["pin", "list"], d, env=cli_env()),
+                          original=digest(case(tmp_path / "original")), finished=digest(done), recovered="pin base",
+                          creates=True, inside=True, env=cli_env(), sample=distinct, effective=True)
+    assert set(states.values()) == {"original", "finished"}
+    shutil.rmtree(done)

@@ -150,3 +150,43 @@ def test_merge_outputs_are_written_all_or_none_across_a_kill(runs, tmp_path):
     assert again.returncode == 0, again.stderr
     assert "completed an interrupted results merge" in again.stderr.splitlines()[0]
     assert all((where / name).read_bytes() == (want / name).read_bytes() for name in names)
+
+
+def test_a_report_set_replaced_is_old_or_new_after_a_kill_or_ctrl_c_at_each_syscall(runs, tmp_path):
+    """`results merge --out --markdown --junit` over an existing set (the s1 merge), killed
+    (SIGKILL) and interrupted (SIGINT) at each of its renames, unlinks, mkdirs and O_CREAT
+    opens in the directory: the next report written there (another merge) finds the old set
+    or the new one, all three files, and nothing else is left."""
+    import shutil
+
+    from support.killmatrix import _cli, crash_matrix, digest
+
+    names = ("m.json", "reports/m.md", "reports/m.xml")
+
+    def args(*shards):
+        return ["results", "merge", *map(str, shards), "--out", "m.json", "--markdown", "reports/m.md",
+                "--junit", "reports/m.xml"]
+
+    old = tmp_path / "old"
+    old.mkdir()
+    assert _cli(args(runs["s1"]), old).returncode == 0
+    new = tmp_path / "new"
+    shutil.copytree(old, new)
+    assert _cli(args(runs["s1"], runs["s2"]), new).returncode == 0
+
+    def world(d):
+        return shutil.copytree(old, d)
+
+    def next_report(d):  # another report set in the same directory: its journal recovers this one
+        return _cli(["results", "merge", runs["s2"], "--out", "other.json", "--markdown", "reports/other.md",
+                     "--json"], d)
+
+    def the_set(d):
+        got = {k: v for k, v in digest(d).items() if "other." not in k}
+        assert all(n in got for n in names), got  # never a file of the set missing
+        return got
+
+    states = crash_matrix(tmp_path, world, args(runs["s1"], runs["s2"]), next_report, original=the_set(old),
+                          finished=the_set(new), recovered="results merge", creates=True, inside=True, view=the_set,
+                          effective=True)
+    assert set(states.values()) == {"original", "finished"}

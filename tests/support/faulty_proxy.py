@@ -5,7 +5,9 @@ A test double for a registry that breaks mid-way (the real registry cannot be to
 ``Host`` header (so the registry's ``Location`` URLs name the proxy), bodies buffered (chunked
 uploads are re-sent with a length). ``fail_manifest_put(n)`` makes the n-th manifest PUT from
 then on answer ``500`` without reaching the registry; ``manifest_puts`` counts the ones that
-went through.
+went through. ``fail_request(n)`` does the same to the n-th request of any kind (``requests``
+counts them all); ``down = True`` closes every connection unanswered (a registry that is
+down).
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ class FaultyProxy:
         self.upstream = upstream
         self._fail_at: int | None = None
         self._seen = 0
+        self._fail_any: int | None = None
+        self.requests = 0
+        self.down = False
         self.manifest_puts = 0
         self.failed: list[str] = []
         self._lock = threading.Lock()
@@ -49,7 +54,11 @@ class FaultyProxy:
 
             def _forward(self) -> None:
                 body = self._body()
-                if self.command == "PUT" and "/manifests/" in self.path and proxy._should_fail():
+                if proxy.down:
+                    self.close_connection = True  # no answer at all: the registry is down
+                    return
+                if proxy._should_fail_any() or (self.command == "PUT" and "/manifests/" in self.path
+                                                and proxy._should_fail()):
                     proxy.failed.append(self.path)
                     msg = b'{"errors":[{"code":"UNKNOWN","message":"injected by the test proxy"}]}'
                     self.send_response(500)
@@ -97,6 +106,17 @@ class FaultyProxy:
         """From now on, the n-th manifest PUT answers 500 (None: none does)."""
         with self._lock:
             self._fail_at, self._seen = n, 0
+
+    def fail_request(self, n: int | None) -> None:
+        """From now on, the n-th request (any method) answers 500 (None: none does);
+        ``requests`` counts from 0 again."""
+        with self._lock:
+            self._fail_any, self.requests = n, 0
+
+    def _should_fail_any(self) -> bool:
+        with self._lock:
+            self.requests += 1
+            return self.requests == self._fail_any
 
     def _should_fail(self) -> bool:
         with self._lock:

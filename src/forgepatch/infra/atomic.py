@@ -12,6 +12,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from forgepatch.infra.journal import uninterrupted
+
 
 def _default_mode() -> int:
     umask = os.umask(0)
@@ -37,6 +39,16 @@ def refuse_special(path: Path) -> None:
         raise OSError(errno.EEXIST, f"is {kind}; refusing to replace it", str(path))
 
 
+def stale_temps(directory: Path, name: str = "*") -> list[Path]:
+    """The temp files ``write_atomic`` makes for ``directory/name`` (a glob): what a write
+    killed before its rename leaves. Only a caller holding the lock every writer of those
+    files takes may remove them (a live writer's temp file matches too)."""
+    try:
+        return sorted(p for p in Path(directory).glob(f".{name}.*.tmp") if p.is_file())
+    except OSError:
+        return []
+
+
 def write_atomic(path: Path, data: bytes | str | Path, *, validate: Callable[[Path], object] | None = None,
                  durable: bool = False, exclusive: bool = False, mode: int | None = None,
                  mtime: float | None = None) -> None:
@@ -52,8 +64,12 @@ def write_atomic(path: Path, data: bytes | str | Path, *, validate: Callable[[Pa
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     refuse_special(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = None
     try:
+        # Ctrl-C held off while the temp file is made: a KeyboardInterrupt raised between
+        # mkstemp's open and its return would leave the file with nobody to remove it
+        with uninterrupted():
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)  # stale_temps' names
         if isinstance(data, Path):
             os.close(fd)
             os.unlink(tmp)
@@ -85,7 +101,8 @@ def write_atomic(path: Path, data: bytes | str | Path, *, validate: Callable[[Pa
         else:
             os.replace(tmp, path)
     finally:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
     if durable:
         dfd = os.open(path.parent, os.O_RDONLY)
         try:

@@ -115,6 +115,9 @@ def split_signature(message: str) -> tuple[str, str]:
     return message, ""
 
 
+STALE_REF_LOCK_S = 2.0  # a ref lock older than this is a killed git's (git waits 100 ms for one)
+
+
 class GitRepo:
     """A git repository (``--repo``, or a source's clone), validated on construction."""
 
@@ -277,6 +280,11 @@ class GitRepo:
         exists already."""
         import tempfile
 
+        stale = self.clear_stale_ref_lock(f"refs/tags/{name}")
+        if stale:
+            from forgepatch.infra.journal import notify
+
+            notify(stale)
         with tempfile.NamedTemporaryFile("w", encoding="utf-8", suffix=".msg", delete=False) as fh:
             fh.write(message)
         signing = self.signing()
@@ -292,6 +300,24 @@ class GitRepo:
         finally:
             os.unlink(fh.name)
         return self.tag(name)
+
+    def clear_stale_ref_lock(self, ref: str) -> str | None:
+        """Remove ``<ref>.lock`` when a git killed between making it and renaming it over the
+        ref left it: it blocks every later update of the ref ("remove the file manually to
+        continue"). Git holds a ref lock for milliseconds and waits 100 ms for one itself
+        (core.filesRefLockTimeout): one still there after ``STALE_REF_LOCK_S`` is a dead
+        git's. Returns the line saying it was removed, or None."""
+        import time
+
+        lock = self.git_dir / f"{ref}.lock"
+        deadline = time.monotonic() + STALE_REF_LOCK_S
+        while lock.is_file():
+            if time.monotonic() >= deadline:
+                lock.unlink(missing_ok=True)
+                return (f"{lock}: removed the lock file a git killed while updating {ref} left "
+                        f"(no git held it for {STALE_REF_LOCK_S:g} s)")
+            time.sleep(0.05)
+        return None
 
     def delete_ref(self, ref: str, expected: str) -> None:
         """Delete ``ref`` only if it still points at ``expected`` (compare-and-delete)."""

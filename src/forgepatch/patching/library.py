@@ -36,7 +36,11 @@ class PatchFile:
 
 def dir_patch_files(directory: Path) -> dict[str, Path]:
     """id -> file of the patches in one directory (``<id>.toml``, ``<id>.py``; ``_*.py`` are
-    helpers, not patches)."""
+    helpers, not patches), after completing (or undoing) a write a run killed there left:
+    a reader never lists a half-written directory, nor leaves its state directory behind."""
+    from forgepatch.infra.journal import recover_tree
+
+    recover_tree(directory)  # an interrupted `patch new` there is finished (or undone) first
     files = sorted(directory.glob("*.toml")) + sorted(
         p for p in directory.glob("*.py") if not p.name.startswith("_")
     )

@@ -102,7 +102,17 @@ class Ledger:
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with path_lock(self.path, "release (the ledger)", lock_timeout(LOCK_TIMEOUT_S) if timeout is None else timeout):
+            self._remove_stale_temps()
             yield
+
+    def _remove_stale_temps(self) -> None:
+        """The temp files of a release killed before its rename (the ledger's, an archived
+        results file's): every writer holds the lock, so none is live. ``releases/`` is
+        committed to git: nothing but the ledger and its archive may stay there."""
+        from forgepatch.infra.atomic import stale_temps
+
+        for tmp in [*stale_temps(self.path.parent, self.path.name), *stale_temps(self.results_dir, "*.json")]:
+            tmp.unlink(missing_ok=True)
 
     def head(self) -> str:
         """The digest of the last entry ("" for an empty or absent ledger)."""

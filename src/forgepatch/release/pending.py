@@ -88,13 +88,22 @@ def complete(ledger, tag: str) -> list[str]:
     return promo.refs()
 
 
-def recover(ledger) -> None:
-    """Finish (entry in the ledger) or drop (no entry) every release's pending registry tags."""
+def recover(ledger) -> list[str]:
+    """Finish (entry in the ledger) or drop (no entry) every release's pending registry tags.
+    Returns the tags whose record was dropped: the caller says what became of each (its git
+    tag may be there, and the same run record the release after all: ``rolled_back``)."""
+    from forgepatch.infra.atomic import stale_temps
     from forgepatch.infra.journal import notify
 
-    if not _path(ledger).is_file():
-        return
-    with ledger.lock():
+    path = _path(ledger)
+    if not path.is_file() and not stale_temps(path.parent, path.name):
+        return []
+    dropped = []
+    with ledger.lock():  # every writer of the record holds it: a temp file left is a killed run's
+        for tmp in stale_temps(path.parent, path.name):
+            tmp.unlink(missing_ok=True)
+        if not path.is_file():
+            return []
         released = {e.get("tag") for e in ledger.read(required=False)}
         for tag in list(_read(ledger)["releases"]):
             if tag in released:
@@ -102,5 +111,11 @@ def recover(ledger) -> None:
                 notify(f"{ledger.path}: completed an interrupted release of {tag}: registry tag(s) {', '.join(refs)} set")
             else:
                 drop(ledger, tag)
-                notify(f"{ledger.path}: rolled back an interrupted release of {tag} (its ledger entry was never "
-                       f"written; no registry tag had been set)")
+                dropped.append(tag)
+    return dropped
+
+
+def rolled_back(ledger, tag: str) -> str:
+    """The line for a dropped record whose release this run did not record after all."""
+    return (f"{ledger.path}: rolled back an interrupted release of {tag} (its ledger entry was never "
+            f"written; no registry tag had been set)")

@@ -26,6 +26,7 @@ from forgepatch.combination import LABEL, Trailer, release_identity, validated_r
 from forgepatch.infra.gitrepo import format_trailers
 from forgepatch.errors import BadInput, Failure
 from forgepatch.infra.gitrepo import TagFacts
+from forgepatch.infra.journal import notify, uninterrupted
 from forgepatch.release import evidence as ev
 from forgepatch.release import pending
 from forgepatch.release.check import Combination, Evaluation, Inputs, Reason, evaluate, pairs
@@ -170,8 +171,19 @@ def release(inp: Inputs, ledger: Ledger, arch: str | None = None, pin: str | Non
 
     Pairs without any smoke job in the results are ``skipped`` unless both ``arch`` and
     ``pin`` name them (then they are refused for missing results)."""
-    if not dry_run:
-        pending.recover(ledger)  # registry tags of an interrupted release: set, or the record dropped
+    dropped = [] if dry_run else pending.recover(ledger)  # registry tags of an interrupted release: set, or dropped
+    outcomes: list[Outcome] = []
+    try:
+        outcomes = _release(inp, ledger, arch, pin, dry_run)
+        return outcomes
+    finally:  # one line per interrupted release: finished by this run (its git tag was there), or undone
+        recorded = {o.tag for o in outcomes if o.status == "recorded"}
+        for tag in dropped:
+            notify(f"{ledger.path}: completed an interrupted release of {tag}: its git tag was made, its ledger "
+                   f"entry and registry tags are written now" if tag in recorded else pending.rolled_back(ledger, tag))
+
+
+def _release(inp: Inputs, ledger: Ledger, arch: str | None, pin: str | None, dry_run: bool) -> list[Outcome]:
     targets = pairs(inp.matrix, arch, pin)
     if not targets:
         raise BadInput("no arch/pin pair of matrix.toml matches --arch/--pin")
@@ -288,13 +300,21 @@ def _publish(inp: Inputs, ledger: Ledger, out: Outcome, comb: Combination, exist
     facts = created or existing
     local = comb.image.local
     before = ev.resolve_tag(api, validated) if local else None
+    committed = False
     try:
         if local:
             ev.set_image_tag(api, comb.image.id, validated)
         if out.promotion is not None:  # the registry tags to set once the entry is written
             pending.add(ledger, out.tag, out.promotion)
-        out.entry = ledger.append({**draft, "tag_object": facts.object})  # the commit point
+        # the commit point. Ctrl-C is held off across it: a KeyboardInterrupt raised just after
+        # the ledger's rename must not reach the rollback below (which would delete the git
+        # tag of a release the ledger has)
+        with uninterrupted():
+            out.entry = ledger.append({**draft, "tag_object": facts.object})
+            committed = True
     except BaseException:
+        if committed:  # interrupted after the commit point: the next release sets the registry tags
+            raise
         if out.promotion is not None:
             pending.drop(ledger, out.tag)
         if created is not None:  # roll back the tag this run made (only if it is still ours)
