@@ -93,3 +93,23 @@ def test_a_package_on_one_side_only_is_a_mismatch():
     assert packages_mismatch({"sglang": sg}, {"sglang": sg, "flashinfer": fi}) == [
         f"flashinfer: not in the image (validated with {fi.to_label()})"]
     assert packages_mismatch({"sglang": sg, "flashinfer": fi}, {"sglang": sg})[0].startswith("flashinfer: the image carries it")
+
+
+def test_an_image_lacking_a_patched_package_or_a_pin_without_it_is_not_the_combination():
+    """Release and smoke admission (``packages_problems``): an image labelled before packages
+    were labelled carries SGLang alone; a pin naming no version of the package matches nothing."""
+    from forgepatch.combination import packages_problems
+
+    fi = PackageIdentity("flashinfer", Upstream("pypi", "0.6.1", FI_SHA), "bb")
+    assert packages_problems(OLD_LABELS, {"flashinfer": fi}) == [
+        "flashinfer: the image does not carry it patched (label forgepatch.packages names sglang)"]
+    labels = {**OLD_LABELS, LABEL["packages"]: packages_label([fi])}
+    assert packages_problems(labels, {"flashinfer": fi}) == []
+    other_patchset = PackageIdentity("flashinfer", fi.upstream, "cc")
+    assert packages_problems(labels, {"flashinfer": other_patchset}) == ["flashinfer: patchset bb vs cc"]
+    other_wheel = PackageIdentity("flashinfer", Upstream("pypi", "0.6.1", "5" * 64), "bb")
+    assert packages_problems(labels, {"flashinfer": other_wheel})[0].startswith(
+        "flashinfer: a different wheel of that version")
+    unpinned = PackageIdentity("flashinfer", Upstream("none"), "bb")
+    assert packages_problems(labels, {"flashinfer": unpinned})[0].startswith("flashinfer: the pin names no version")
+    assert packages_problems({LABEL["packages"]: "junk"}, {"flashinfer": fi})[0].startswith("label forgepatch.packages:")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import tarfile
 import uuid
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from forgepatch.errors import BadInput
 from support.cli import WAIT_NOTICE, forgepatch
 
 pytestmark = pytest.mark.docker
@@ -124,6 +126,37 @@ def test_a_series_over_sglang_and_flashinfer_builds_one_image_with_both_patched(
     rec = json.loads(record.read_text())["builds"][0]
     assert [(p["name"], p["version"], p["patchset"]) for p in rec["packages"]] == [
         ("sglang", "0.5.23", sg_set), ("flashinfer", FI, fi_set)]
+
+    # identity (item 5): what the pin and the current series expect of flashinfer is what the image
+    # carries; the pin moved to FlashInfer 0.7.2, release and smoke see another combination
+    from forgepatch.combination import packages_problems
+    from forgepatch.config import load_matrix
+    from forgepatch.patching.library import PatchLibrary
+    from forgepatch.patching.series import expected_packages, load_series
+
+    library = PatchLibrary(proj / "patches")
+    matrix = load_matrix(proj / "matrix.toml", library)
+    want = expected_packages(matrix, load_series(matrix, "sm120", library), "v0.5.23")
+    assert list(want) == ["flashinfer"] and packages_problems(labels, want) == []
+    (proj / "matrix.toml").write_text((proj / "matrix.toml").read_text().replace(f'pypi = "{FI}"', 'pypi = "0.7.2"'))
+    moved = load_matrix(proj / "matrix.toml", library)
+    want_moved = expected_packages(moved, load_series(moved, "sm120", library), "v0.5.23")
+    assert packages_problems(labels, want_moved) == [
+        f"flashinfer: a different version (pypi {FI} {wheel.revision[:12]} vs pypi 0.7.2)"]
+    from forgepatch.smoke.docker_runner import DockerRunner
+    from forgepatch.smoke.jobs import JobSpec
+
+    job = JobSpec("sm120-v0.5.23-ok", "sm120", "v0.5.23", "ok", "command", ["true"], image=doc["tags"][0],
+                  packages=want_moved)
+    with pytest.raises(BadInput, match=r"is not the combination of job sm120-v0.5.23-ok: flashinfer: a different "
+                                       rf"version \(pypi {re.escape(FI)} "):
+        DockerRunner(docker_client).preflight([job])
+    from forgepatch.release.check import _judge_packages
+    from forgepatch.release.evidence import inspect_image
+
+    image = inspect_image(docker_client.api, doc["tags"][0])
+    assert [r.code for r in _judge_packages(image, "v0.5.23", want_moved)] == ["image-packages"]
+    assert _judge_packages(image, "v0.5.23", want) == []
 
     # in the image: python3 imports sglang from site-packages (the base has none) and flashinfer
     # from where the base has it, and both hold the patched files

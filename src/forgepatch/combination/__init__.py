@@ -186,6 +186,27 @@ def packages_mismatch(got: Mapping[str, PackageIdentity], want: Mapping[str, Pac
     return out
 
 
+def packages_problems(labels: Mapping[str, str], want: Mapping[str, PackageIdentity]) -> list[str]:
+    """Why an image (its labels) does not carry the packages ``want`` names (one line each;
+    empty: it does): a package it lacks (an image built before, or without that package's
+    patches), another release of it than the pin's, another patchset of its part."""
+    try:
+        got = packages_of_labels(labels)
+    except ValueError as exc:
+        return [f"label {LABEL['packages']}: {exc}"]
+    out = []
+    for name, ident in want.items():
+        have = got.get(name)
+        if ident.upstream.kind == "none":
+            out.append(f"{name}: the pin names no version of it ([pins.PIN.packages.{name}] in matrix.toml)")
+        elif have is None:
+            out.append(f"{name}: the image does not carry it patched (label {LABEL['packages']} names "
+                       f"{', '.join(got) or 'no package'})")
+        elif why := have.mismatch(ident):
+            out.append(why)
+    return out
+
+
 # -- an upstream identity as a pin records it -------------------------------------------------
 
 def pin_identity(pin: Any, repo: Any = None) -> Upstream:

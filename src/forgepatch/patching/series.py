@@ -114,6 +114,31 @@ def packages_of(series: Series) -> list[str]:
     return list(dict.fromkeys(p.package for p in series.patches))
 
 
+def package_patchsets(series: Series) -> dict[str, str]:
+    """Each package's part of ``series`` -> its patchset hash (what the image labels name)."""
+    return {name: patchset_hash([p for p in series.patches if p.package == name]) for name in packages_of(series)}
+
+
+def expected_packages(matrix: Any, series: Series, pin: str) -> dict[str, Any]:
+    """What an image of ``pin`` must carry of every package besides sglang that ``series``
+    patches (name -> ``combination.PackageIdentity``: the pin's ``[pins.PIN.packages.NAME]``
+    version, wheel sha256 or revision as recorded, and the patchset of that package's part).
+    A package the pin names no version of has the upstream kind ``none`` (nothing matches it).
+    SGLang is left out: its upstream is the pin's own (checked as ``forgepatch.upstream``)."""
+    from forgepatch.combination import PackageIdentity, Upstream
+
+    pinned = matrix.pins[pin].packages if pin in matrix.pins else {}
+    out = {}
+    for name, patchset in package_patchsets(series).items():
+        if name == "sglang":
+            continue
+        pp = pinned.get(name)
+        up = (Upstream("none") if pp is None else Upstream("pypi", pp.pypi, pp.sha256) if pp.pypi
+              else Upstream("git", None, pp.rev))
+        out[name] = PackageIdentity(name, up, patchset)
+    return out
+
+
 def run_series(series: Series, tree: Tree, version: str | None, *,
                cache: MutableMapping[str, Any] | None = None, pristine: bool | None = None) -> ApplyResult:
     """Run ``series`` on ``tree`` (upstream ``version``) in memory; nothing is written.
