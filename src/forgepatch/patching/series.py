@@ -98,9 +98,9 @@ def for_package(series: Series, package: str, matrix: Any = None) -> Series:
 
 
 def sglang_only(series: Series, what: str) -> Series:
-    """``series`` for a stage that carries SGLang alone so far (``build``, the smoke local
-    tree): a series that patches another package too is refused (exit 2), never built or
-    smoked without that package's patches."""
+    """``series`` for a stage that carries SGLang alone so far (the smoke local tree; ``build``
+    carries every package): a series that patches another package too is refused (exit 2),
+    never smoked without that package's patches."""
     others = [p for p in series.patches if p.package != "sglang"]
     if others:
         raise BadInput(f"{what}: the {series.arch.name} series patches {others[0].package} too "
