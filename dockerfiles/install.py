@@ -6,10 +6,15 @@
     install.py upstream                 unpack the pin's unpatched sglang/ over the installed
                                         one, delete the files the patches delete, and link
                                         /opt/forgepatch/sglang -> that directory (the overlay
-                                        layer is a COPY through the link)
+                                        layer is a COPY through the link); the same for each
+                                        other package of upstream/packages.txt (flashinfer/,
+                                        linked as /opt/forgepatch/packages/<name>)
+    install.py overlay                  copy each other package's changed files
+                                        (/opt/forgepatch/overlay-packages/<name>/) into it
 
-"Installed one" = wherever ``python3`` finds ``sglang`` in the base image (site-packages or an
-editable checkout such as /sgl-workspace/sglang/python/sglang); site-packages when absent.
+"Installed one" = wherever ``python3`` finds the package in the base image (importlib, without
+importing it: site-packages or an editable checkout such as
+/sgl-workspace/sglang/python/sglang); site-packages when absent.
 Every failure exits non-zero with a one-line ``forgepatch-install: error: ...`` message.
 """
 
@@ -29,6 +34,9 @@ ROOT = "/opt/forgepatch"
 INIMAGE_PATH = ROOT + "/inimage/python"
 TARGET_RECORD = ROOT + "/sglang-target"
 LINK = ROOT + "/sglang"  # -> the installed sglang package dir; the overlay COPY goes through it
+PACKAGES_LIST = ROOT + "/upstream/packages.txt"  # other packages (import names), one a line
+PACKAGE_LINKS = ROOT + "/packages"  # <name> -> where Python imports that package from
+OTHER_OVERLAY = ROOT + "/overlay-packages"
 
 
 def fail(message: str) -> None:
@@ -56,16 +64,16 @@ def fresh_python(code: str) -> str:
     return proc.stdout.strip()
 
 
-def detect_target() -> str:
-    """Directory of the ``sglang`` package Python imports, found without importing it."""
-    spec = importlib.util.find_spec("sglang")
+def detect_target(name: str = "sglang") -> str:
+    """Directory of the package ``name`` Python imports, found without importing it."""
+    spec = importlib.util.find_spec(name)
     if spec is None:
-        return os.path.join(site_packages(), "sglang")
+        return os.path.join(site_packages(), name)
     if spec.origin and os.path.basename(spec.origin) == "__init__.py":
         return os.path.dirname(os.path.realpath(spec.origin))
     if spec.submodule_search_locations:  # namespace package (no __init__.py)
         return os.path.realpath(list(spec.submodule_search_locations)[0])
-    fail("sglang resolves to %s, which is not a package directory" % spec.origin)
+    fail("%s resolves to %s, which is not a package directory" % (name, spec.origin))
     raise AssertionError
 
 
@@ -111,15 +119,15 @@ def check_cuda(min_cuda: str) -> None:
     print("base image torch CUDA %s >= %s" % (found.group(1), min_cuda))
 
 
-def extract_package(archive: str, dst: str) -> int:
-    """Write the ``sglang/...`` members of ``archive`` under ``dst`` (regular files only)."""
+def extract_package(archive: str, dst: str, prefix: str = "sglang") -> int:
+    """Write the ``<prefix>/...`` members of ``archive`` under ``dst`` (regular files only)."""
     count = 0
     with tarfile.open(archive) as tar:
         for member in tar:
             rel = os.path.normpath(member.name)
-            if not member.isfile() or not rel.startswith("sglang" + os.sep):
+            if not member.isfile() or not rel.startswith(prefix + os.sep):
                 continue
-            rel = rel[len("sglang") + 1 :]
+            rel = rel[len(prefix) + 1 :]
             if rel.startswith(".." + os.sep) or os.path.isabs(rel):
                 fail("unsafe member %s in %s" % (member.name, archive))
             out = os.path.join(dst, rel)
@@ -154,14 +162,65 @@ def cmd_upstream() -> None:
     if os.path.dirname(origin) != os.path.realpath(target):
         fail("python imports sglang from %s, not %s" % (origin, target))
     print("sglang at %s (linked from %s): %d upstream files, %d removed" % (target, LINK, count, removed))
+    for name in other_packages():
+        target = detect_target(name)
+        count = extract_package(ROOT + "/upstream/" + name + ".tar.gz", target, name)
+        os.makedirs(PACKAGE_LINKS, exist_ok=True)
+        link = os.path.join(PACKAGE_LINKS, name)
+        if os.path.islink(link) or os.path.isfile(link):
+            os.remove(link)
+        os.symlink(target, link)
+        check_imported_from(name, target)
+        print("%s at %s (linked from %s): %d upstream files" % (name, target, link, count))
+
+
+def other_packages() -> list:
+    """The packages besides sglang the series patches (upstream/packages.txt)."""
+    try:
+        names = open(PACKAGES_LIST).read().split()
+    except FileNotFoundError:
+        return []
+    for name in names:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or name == "sglang":
+            fail("%s: %r is not a package's import name" % (PACKAGES_LIST, name))
+    return names
+
+
+def check_imported_from(name: str, target: str) -> None:
+    code = ("import importlib.util as u, os; s = u.find_spec(%r); "
+            "print(os.path.realpath(s.origin) if s and s.origin else '')" % name)
+    origin = fresh_python(code)
+    if os.path.dirname(origin) != os.path.realpath(target):
+        fail("python imports %s from %s, not %s" % (name, origin or "nowhere", target))
+
+
+def cmd_overlay() -> None:
+    """Each other package's changed files into the directory Python imports it from."""
+    for name in other_packages():
+        target = os.path.realpath(os.path.join(PACKAGE_LINKS, name))
+        src_root = os.path.join(OTHER_OVERLAY, name)
+        count = 0
+        for dirpath, _dirs, files in os.walk(src_root):
+            for fname in sorted(files):
+                rel = os.path.relpath(os.path.join(dirpath, fname), src_root)
+                out = os.path.join(target, rel)
+                os.makedirs(os.path.dirname(out), exist_ok=True)
+                shutil.copyfile(os.path.join(dirpath, fname), out)
+                os.chmod(out, 0o644)
+                drop_bytecode(os.path.dirname(out), fname)
+                count += 1
+        check_imported_from(name, target)
+        print("%s at %s: %d patched files" % (name, target, count))
 
 
 def main(argv: list[str]) -> None:
-    if not argv or argv[0] not in ("inimage", "upstream"):
-        fail("usage: install.py inimage [--min-cuda X.Y] | upstream")
+    if not argv or argv[0] not in ("inimage", "upstream", "overlay"):
+        fail("usage: install.py inimage [--min-cuda X.Y] | upstream | overlay")
     if argv[0] == "inimage":
         min_cuda = argv[2] if len(argv) > 2 and argv[1] == "--min-cuda" else ""
         cmd_inimage(min_cuda)
+    elif argv[0] == "overlay":
+        cmd_overlay()
     else:
         cmd_upstream()
 

@@ -196,10 +196,41 @@ def test_dockerfile_reads_every_arch_arg_and_label():
     assert set(LABEL_ARG.values()) <= declared
     labelled = dict(re.findall(r"([a-z][a-z0-9.-]+)=\"\$\{(\w+)\}\"", text))
     assert labelled == LABEL_ARG  # the label table, label for label, arg for arg
-    for step in ("COPY wheels/", "COPY inimage/", "COPY upstream/", "COPY overlay/sglang/"):
+    steps = ("COPY wheels/", "COPY inimage/", "COPY upstream/", "COPY overlay-packages/", "COPY overlay/sglang/", "LABEL ")
+    for step in steps:
         assert step in text
-    order = [text.index(s) for s in ("COPY wheels/", "COPY inimage/", "COPY upstream/", "COPY overlay/sglang/", "LABEL ")]
-    assert order == sorted(order), "layer order: wheels < in-image code < upstream < overlay < labels"
+    order = [text.index(s) for s in steps]
+    assert order == sorted(order), "layer order: wheels < in-image code < upstream < overlays < labels"
+
+
+def test_other_packages_get_their_upstream_tar_and_overlay(pristine, patched, tmp_path):
+    """A series that patches FlashInfer too: its unpatched package as its own tar (real 0.6.1
+    wheel), only the files the series changed in its overlay, listed in upstream/packages.txt."""
+    from forgepatch.images.context import OtherPackage
+    from forgepatch.packages import KNOWN
+    from forgepatch.sources import pypi_tree
+
+    fi = Path(pypi_tree("0.6.1", KNOWN["flashinfer"]).package)
+    comm = (fi / "jit/comm.py").read_text()
+    changes = {"jit/comm.py": comm.replace("supported_major_versions=[9, 10]", "supported_major_versions=[9, 10, 12]"),
+               "jit/core.py": (fi / "jit/core.py").read_bytes(),  # the same bytes as upstream: no overlay
+               "data/csrc/new.cu": b"// added\n"}
+    ctx = _assemble(tmp_path / "ctx", patched, pristine, others=[OtherPackage("flashinfer", fi, changes)])
+    assert ctx.package_overlays == {"flashinfer": ["data/csrc/new.cu", "jit/comm.py"]}
+    assert ctx.overlay_files == [CHANGED]  # sglang's overlay is sglang's alone
+    root = tmp_path / "ctx"
+    assert (root / "upstream/packages.txt").read_text() == "flashinfer\n"
+    assert sorted(p.relative_to(root / "overlay-packages").as_posix() for p in (root / "overlay-packages").rglob("*")
+                  if p.is_file()) == ["flashinfer/data/csrc/new.cu", "flashinfer/jit/comm.py"]
+    with tarfile.open(root / "upstream/flashinfer.tar.gz") as tar:
+        names = [m.name for m in tar if m.isfile()]
+        assert "flashinfer/jit/comm.py" in names and all(n.startswith("flashinfer/") for n in names)
+        assert tar.extractfile("flashinfer/jit/comm.py").read() == (fi / "jit/comm.py").read_bytes()
+    without = _assemble(tmp_path / "ctx2", patched, pristine)
+    assert (tmp_path / "ctx2/upstream/packages.txt").read_text() == "" and without.digest != ctx.digest
+    for bad in ("sglang", "../x", "flash-infer"):
+        with pytest.raises(BadInput, match="not an import name"):
+            _assemble(tmp_path / "ctx3", patched, pristine, others=[OtherPackage(bad, fi, {})])
 
 
 def test_bake_document_validates(pristine, patched, tmp_path):

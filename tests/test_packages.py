@@ -413,8 +413,12 @@ def test_a_run_over_one_package_of_a_mixed_series_says_what_it_did_not_run(proje
     run = forgepatch("apply", "--arch", "sm120", "--source", "pypi:0.5.23", "--check", "--json", cwd=project)
     assert run.json()["not_run"] == ["flashinfer"] and run.json()["package"] == "sglang"
     assert "also patches flashinfer: not run here" in run.err
-    # build carries sglang only so far: it refuses the mixed series instead of dropping a part
+    # build carries every package of the series (tests/test_images_packages.py): a pin that names
+    # no version of one is refused instead of building the image without that package's patches
+    text = (project / "matrix.toml").read_text()
+    (project / "matrix.toml").write_text(text.replace('[pins."v0.5.23".packages.flashinfer]\npypi = "0.7.2"\n', ""))
     build = forgepatch("build", "--arch", "sm120", "--pin", "v0.5.23", "--base-image", "forgepatch-test/base:bookworm",
                        cwd=project)
     last = build.err.strip().splitlines()[-1]  # (after the moving-tag warning about the base)
-    assert build.rc == 2 and "Traceback" not in build.err and "the sm120 series patches flashinfer too" in last
+    assert build.rc == 2 and "Traceback" not in build.err, build.err
+    assert "the sm120 series patches flashinfer (patch fi-jit-majors), and pin 'v0.5.23' names no version" in last

@@ -28,7 +28,7 @@ def build(
     audit: bool = typer.Option(False, "--audit", help="Fail the build when a CUDA library of the image has no code for the arch (also arches.<arch>.audit)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document on stdout."),
 ) -> None:
-    """Build the per-arch image: patched SGLang overlay + probe on the base image."""
+    """Build the per-arch image: every patched package (SGLang, FlashInfer ...) + probe on the base image."""
     from forgepatch.images import ship
     from forgepatch.images.build import BuildFailed, base_image_id, build_image, connect
     from forgepatch.images.prepare import default_context_dir, prepare, resolve_target
@@ -55,8 +55,8 @@ def build(
         prepared = prepare(target, matrix, STATE.patches(), context_dir)
     from forgepatch.images.base_facts import check_base
 
-    # the base's own SGLang must be the release the image carries (another one -> exit 2)
-    check_base(api, target.base_image, base_id, target.pin, prepared.spec.source.upstream.version)
+    # the base's own copy of each package must be the release the image carries (another one -> exit 2)
+    check_base(api, target.base_image, base_id, target.pin, prepared.packages)
     ctx_dir = context_dir or default_context_dir(target.pin, target.arch.name)
     log = ctx_dir.with_name(ctx_dir.name + ".log")
     result = ship.registry_hit(api, prepared.spec) if push and not force else None

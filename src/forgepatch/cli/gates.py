@@ -23,6 +23,7 @@ def gates(
     markdown: bool = typer.Option(False, "--markdown", help="Print Markdown (for a PR comment)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the inventory memo."),
     rejecting: bool = typer.Option(False, "--rejecting", help="With --arch: what still keeps ARCH out, by feature and file, each with the `patch new` command that starts a patch for it."),
+    package: Optional[str] = typer.Option(None, "--package", help="Another package's JIT arch lists (flashinfer: supported_major_versions=[...]); with --arch, whether each admits ARCH's major."),
 ) -> None:
     """Inventory every arch gate (predicate, capability comparison) with the arches that pass it."""
     from forgepatch.errors import BadInput, Failure
@@ -30,6 +31,11 @@ def gates(
     if json_out and markdown:
         raise BadInput("gates: --json and --markdown are exclusive")
     arch_name = arch  # the registry name (arch_option)
+    if package is not None and package != "sglang":
+        if against is not None or rejecting or markdown:
+            raise BadInput("gates: --package takes --source, --arch and --json only")
+        _jit_lists(source, package, arch_name, json_out)
+        return
     if rejecting and (arch_name is None or against is not None):
         raise BadInput("gates: --rejecting needs --arch and no --against")
     from pathlib import Path
@@ -83,6 +89,37 @@ def _inventory(inv, arch_name: str | None, json_out: bool, markdown: bool) -> No
         sys.stdout.write(inventory_markdown(inv, selected, title))
     else:
         inventory_table(inv, selected, title, console())
+
+
+def _jit_lists(source: Optional[str], package: str, arch_name: Optional[str], json_out: bool) -> None:
+    from forgepatch import progress
+    from forgepatch.arch import get_arch
+    from forgepatch.errors import Failure
+    from forgepatch.gates.jitlists import ADMITS, KEYWORD, UNVERIFIED
+    from forgepatch.gates.render import jit_lists_table
+    from forgepatch.gates.service import package_jit_lists
+
+    matrix = STATE.matrix() if source is None or not source.startswith("pypi:") else None
+    with progress.task(f"reading the JIT arch lists of {source or package}"):
+        tree, lists = package_jit_lists(source, matrix, package)
+    major = get_arch(arch_name).cc[0] if arch_name else None
+    shown = [j for j in lists if major is None or j.verdict(major) != ADMITS]
+    if json_out:
+        counts = {}
+        for j in lists:
+            if major is not None:
+                counts[j.verdict(major)] = counts.get(j.verdict(major), 0) + 1
+        print_json({"package": package, "source": tree.label, "version": tree.version, "keyword": KEYWORD,
+                    "arch": arch_name, "major": major, "counts": counts, "lists": [j.to_json(major) for j in lists]})
+    else:
+        title = (f"JIT lists that do not admit {arch_name} (major {major})" if major is not None
+                 else f"JIT arch lists ({KEYWORD}=)")
+        jit_lists_table(tree.label, shown, major, title, console())
+    unknown = [j for j in lists if major is not None and j.verdict(major) == UNVERIFIED]
+    if unknown:
+        j = unknown[0]
+        raise Failure(f"{len(unknown)} JIT list(s) of {tree.label} cannot be evaluated for {arch_name}: "
+                      f"{j.file}:{j.line} {j.function} {KEYWORD}={j.code} (not a literal list of ints)")
 
 
 def _rejecting(inv, arch_name: str, json_out: bool) -> None:

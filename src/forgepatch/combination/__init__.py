@@ -100,6 +100,113 @@ class Upstream:
         return cls(source.kind, source.version, source.revision)
 
 
+# -- every package of a combination --------------------------------------------------------
+
+PACKAGE_FIELDS = 4  # kind:version:revision:patchset after ``name=``
+
+
+@dataclass(frozen=True)
+class PackageIdentity:
+    """One package an image carries: its upstream code and the patchset hash of the part of
+    the series that patches it (``""``: no patch). SGLang is one of them; an image built
+    before packages were labelled has SGLang alone (``packages_of_labels``)."""
+
+    name: str  # forgepatch's package name (``packages.Package.name``): sglang, flashinfer
+    upstream: Upstream
+    patchset: str = ""
+
+    def to_label(self) -> str:
+        """``flashinfer=pypi:0.6.1:<wheel sha256>:<patchset>`` (empty fields stay empty)."""
+        up = self.upstream
+        return f"{self.name}={up.kind}:{up.version or ''}:{up.revision or ''}:{self.patchset}"
+
+    @classmethod
+    def from_label(cls, text: str) -> "PackageIdentity":
+        """The inverse of ``to_label``; ValueError for any other shape."""
+        name, sep, rest = text.strip().partition("=")
+        parts = rest.split(":")
+        if not sep or not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or len(parts) != PACKAGE_FIELDS:
+            raise ValueError(f"not a package identity: {text.strip()[:80]!r}")
+        kind, version, revision, patchset = parts
+        if kind not in ("pypi", "git", "dir"):
+            raise ValueError(f"package {name}: unknown upstream kind {kind!r}")
+        return cls(name, Upstream(kind, version or None, revision or None), patchset)
+
+    def mismatch(self, want: "PackageIdentity") -> str | None:
+        """Why this is not the package identity ``want`` (None: the same, as far as both record):
+        another upstream (``Upstream.mismatch``, with the versions) or another patchset."""
+        why = self.upstream.mismatch(want.upstream)
+        if why:
+            return f"{self.name}: {why} ({_short(self.upstream)} vs {_short(want.upstream)})"
+        if (self.patchset or "") != (want.patchset or ""):
+            return f"{self.name}: patchset {self.patchset[:12] or '(none)'} vs {want.patchset[:12] or '(none)'}"
+        return None
+
+
+def _short(up: Upstream) -> str:
+    if up.kind == "pypi":
+        return f"pypi {up.version}" + (f" {up.revision[:12]}" if up.revision else "")
+    if up.kind == "git":
+        return f"git {str(up.revision)[:12]}"
+    return "dir"
+
+
+def packages_label(packages: "list[PackageIdentity] | tuple[PackageIdentity, ...]") -> str:
+    """The ``forgepatch.packages`` label: every package's identity, ``; ``-separated."""
+    return "; ".join(p.to_label() for p in packages)
+
+
+def packages_of_labels(labels: Mapping[str, str]) -> dict[str, PackageIdentity]:
+    """Every package an image's labels name (name -> identity). An image built before the
+    ``forgepatch.packages`` label existed carries SGLang only: its identity is read off the
+    upstream and patchset labels (none at all: ``{}``). ValueError for a malformed label."""
+    text = labels.get(LABEL["packages"])
+    if text:
+        out = {}
+        for part in text.split(";"):
+            if part.strip():
+                ident = PackageIdentity.from_label(part)
+                out[ident.name] = ident
+        return out
+    up = Upstream.from_labels(labels)
+    return {} if up is None else {"sglang": PackageIdentity("sglang", up, labels.get(LABEL["patchset"]) or "")}
+
+
+def packages_mismatch(got: Mapping[str, PackageIdentity], want: Mapping[str, PackageIdentity]) -> list[str]:
+    """Every difference between two combinations' packages: one missing on either side, or
+    an identity that differs (``PackageIdentity.mismatch``). Empty: the same packages."""
+    out = []
+    for name in sorted(set(got) | set(want), key=lambda n: (n != "sglang", n)):
+        if name not in got:
+            out.append(f"{name}: not in the image (validated with {want[name].to_label()})")
+        elif name not in want:
+            out.append(f"{name}: the image carries it ({got[name].to_label()}); the validated combination does not")
+        elif why := got[name].mismatch(want[name]):
+            out.append(why)
+    return out
+
+
+def packages_problems(labels: Mapping[str, str], want: Mapping[str, PackageIdentity]) -> list[str]:
+    """Why an image (its labels) does not carry the packages ``want`` names (one line each;
+    empty: it does): a package it lacks (an image built before, or without that package's
+    patches), another release of it than the pin's, another patchset of its part."""
+    try:
+        got = packages_of_labels(labels)
+    except ValueError as exc:
+        return [f"label {LABEL['packages']}: {exc}"]
+    out = []
+    for name, ident in want.items():
+        have = got.get(name)
+        if ident.upstream.kind == "none":
+            out.append(f"{name}: the pin names no version of it ([pins.PIN.packages.{name}] in matrix.toml)")
+        elif have is None:
+            out.append(f"{name}: the image does not carry it patched (label {LABEL['packages']} names "
+                       f"{', '.join(got) or 'no package'})")
+        elif why := have.mismatch(ident):
+            out.append(why)
+    return out
+
+
 # -- an upstream identity as a pin records it -------------------------------------------------
 
 def pin_identity(pin: Any, repo: Any = None) -> Upstream:
@@ -132,6 +239,7 @@ LABELS: dict[str, tuple[str, str]] = {
     "patches": ("forgepatch.patches", "FORGEPATCH_PATCHES"),
     "engine": ("forgepatch.engine", "FORGEPATCH_ENGINE"),
     "extra_wheels": ("forgepatch.extra-wheels", "FORGEPATCH_EXTRA_WHEELS"),
+    "packages": ("forgepatch.packages", "FORGEPATCH_PACKAGES"),  # every package: PackageIdentity.to_label
     "context_hash": ("forgepatch.context-hash", "FORGEPATCH_CONTEXT_HASH"),
     "base_image_id": ("forgepatch.base-image-id", "FORGEPATCH_BASE_IMAGE_ID"),
 }

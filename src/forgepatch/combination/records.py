@@ -8,6 +8,9 @@ on another host to run exactly the images that were built and pushed.
              "tag": "ghcr.io/org/sglang:v0.5.23-sm120-1a2b3c4d5e6f", "content_hash": "...",
              "digest": "ghcr.io/org/sglang@sha256:...", "uploaded": true,
              "patchset": "...", "upstream": "pypi:0.5.23", "engine": "0.1.0+...",
+             "packages": [{"name": "sglang", "upstream": "pypi:0.5.23", "version": "0.5.23",
+                           "revision": "<wheel sha256>", "patchset": "..."},
+                          {"name": "flashinfer", "upstream": "pypi", "version": "0.6.1", ...}],
              "base_image": "lmsysorg/sglang@sha256:...",
              "audit": {"arch": "sm120", "verdict": "pass", "failing": [], "cuda_libraries": 12},
              "built_at": "2026-12-01T10:00:00Z"}]}
@@ -22,7 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from forgepatch.combination import documents
+from forgepatch.combination import PackageIdentity, Upstream, documents
 from forgepatch.errors import BadInput
 
 SCHEMA = "forgepatch.build-record/1"
@@ -56,6 +59,28 @@ class AuditSummary(BaseModel):
         return f"FAIL for {self.arch}: {', '.join(self.failing[:3])}{' ...' if len(self.failing) > 3 else ''}"
 
 
+class PackageBuild(BaseModel):
+    """One package the image carries (``combination.PackageIdentity``): its upstream and the
+    patchset of its part of the series. Records written before packages were recorded have
+    none (``Build.package_ids`` reads SGLang off ``upstream``/``patchset`` then)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: str
+    kind: str  # pypi | git | dir
+    version: str | None = None
+    revision: str | None = None
+    patchset: str = ""
+
+    @classmethod
+    def of(cls, ident: PackageIdentity) -> "PackageBuild":
+        up = ident.upstream
+        return cls(name=ident.name, kind=up.kind, version=up.version, revision=up.revision, patchset=ident.patchset)
+
+    def identity(self) -> PackageIdentity:
+        return PackageIdentity(self.name, Upstream(self.kind, self.version, self.revision), self.patchset)
+
+
 class Build(BaseModel):
     """One image as ``forgepatch build`` left it."""
 
@@ -74,6 +99,19 @@ class Build(BaseModel):
     base_image: str | None = None
     audit: AuditSummary | None = None
     built_at: str | None = None
+    packages: list[PackageBuild] = Field(default_factory=list)  # every package (empty: a record from before)
+
+    def package_ids(self) -> dict[str, PackageIdentity]:
+        """Every package of the build (name -> identity); a record written before packages
+        were recorded names SGLang alone, through its upstream label and patchset."""
+        if self.packages:
+            return {p.name: p.identity() for p in self.packages}
+        if not self.upstream:
+            return {}
+        kind, _, rest = self.upstream.partition(":")  # pypi:0.5.23 | git:<sha> | dir
+        up = (Upstream("pypi", rest or None) if kind == "pypi" else Upstream("git", None, rest or None)
+              if kind == "git" else Upstream("dir"))
+        return {"sglang": PackageIdentity("sglang", up, self.patchset or "")}
 
 
 class BuildRecord(BaseModel):

@@ -101,6 +101,7 @@ class JobResult(BaseModel):
     patchset: str | None = None  # the image's forgepatch.patchset label
     upstream: str | None = None  # the image's forgepatch.upstream label
     engine: str | None = None  # the image's forgepatch.engine label
+    packages: str | None = None  # the image's forgepatch.packages label (None: results written before)
     toolchain: Toolchain | None = None
     audit: dict[str, Any] | None = None  # the kernel audit of the image (records.AuditSummary), from the build record
     finished_at: str | None = None  # UTC, ISO 8601

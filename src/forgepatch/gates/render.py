@@ -129,3 +129,23 @@ def rejecting_table(rows, arch: str, console) -> None:
                           f"(admits {', '.join(g.arches) or 'none'})", highlight=False, soft_wrap=True)
             console.print(f"         {r.command}", highlight=False, soft_wrap=True)
     console.print(f"{len(rows)} gate(s) keep {arch} out", highlight=False)
+
+
+def jit_lists_table(label: str, lists, major: int | None, title: str, console) -> None:
+    """FlashInfer's JIT arch lists (``gates.jitlists``), with the verdict for ``major``."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=escape(f"{label}: {title}"), title_justify="left")
+    cols = [("where", 3), ("function", 3), ("majors", 2)] + ([("verdict", 1)] if major is not None else [])
+    for col, ratio in cols:
+        table.add_column(col, overflow="fold", ratio=ratio)
+    for j in lists:
+        majors = "any (no filter)" if j.majors == () else (" ".join(map(str, j.majors)) if j.majors else "?")
+        row = [escape(f"{j.file}:{j.line}"), escape(j.function or "(module)"), escape(majors if j.majors is not None
+                                                                                      else f"? {j.code}")]
+        if major is not None:
+            row.append(j.verdict(major))
+        table.add_row(*row)
+    console.print(table)
+    console.print(f"{len(lists)} list(s)")

@@ -76,3 +76,30 @@ def tree_inventory(tree, label: str, version: str | None, memo: dict | None = No
     if memo is not None:
         memo[key] = inv.to_json()
     return inv
+
+
+def package_jit_lists(spec: str | None, matrix, package: str):
+    """The JIT arch lists (``gates.jitlists``) of ``package`` (not sglang): from SRC, else the
+    matrix's default pin's ``[pins.PIN.packages.NAME]`` release of it. Returns (tree, lists)."""
+    from forgepatch.errors import BadInput
+    from forgepatch.gates.jitlists import scan
+    from forgepatch.packages import get
+    from forgepatch.sources import resolve_source
+
+    info = get(package, matrix)
+    if info is None or package == "sglang":
+        raise BadInput(f"--package: {package!r} is not a package besides sglang this run knows "
+                       f"(declare it as [packages.{package}] in matrix.toml)")
+    if spec is None:
+        if matrix is None:
+            raise BadInput(f"--package {package}: give --source pypi:{info.dist}==VERSION (no matrix.toml)")
+        name, pin = matrix.pin(None)
+        pp = pin.packages.get(package)
+        if pp is None:
+            raise BadInput(f"--package {package}: the default pin {name!r} names no version of it; give --source "
+                           f"pypi:{info.dist}==VERSION or add [pins.\"{name}\".packages.{package}] to matrix.toml")
+        spec = pp.source(info.dist, info.repo)
+    tree = resolve_source(spec, matrix)
+    if tree.package_name != package:
+        raise BadInput(f"--source: {spec!r} holds {tree.package_name}, not {package}")
+    return tree, scan(Path(tree.package))

@@ -101,13 +101,16 @@ class StagedFile:
     sha256: str
 
 
-def upstream_tar(package: Path, cache: Path | None, scan: Callable[[bytes, object], None]) -> tuple[StagedFile, dict[str, str]]:
-    """The unpatched package as one tar, and {rel: sha256} of its files.
+def upstream_tar(package: Path, cache: Path | None, scan: Callable[[bytes, object], None],
+                 prefix: str = "sglang") -> tuple[StagedFile, dict[str, str]]:
+    """The unpatched package as one tar (``prefix/rel`` members), and {rel: sha256} of its files.
 
     Cached in ``cache`` under a key made of the tree's path, file names, sizes and mtimes, so
     an unchanged upstream tree (a downloaded release) is read and packed only once."""
     files = package_files(package)
     stamp = hashlib.sha256(str(Path(package).resolve()).encode())
+    if prefix != "sglang":  # (sglang's key stays what it was: its cached tars stay valid)
+        stamp.update(f"prefix={prefix}\n".encode())
     for rel, path in files.items():
         st = os.stat(path)
         stamp.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
@@ -126,7 +129,7 @@ def upstream_tar(package: Path, cache: Path | None, scan: Callable[[bytes, objec
         scan(data, path)
         contents[rel] = data
         shas[rel] = hashlib.sha256(data).hexdigest()
-    tar = package_tar(contents)
+    tar = package_tar(contents, prefix)
     # Identity = sha256 of the uncompressed tar: gzip bytes may differ between zlib builds,
     # the package may not (so tags agree across machines).
     identity = hashlib.sha256(tar).hexdigest()

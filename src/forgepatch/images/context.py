@@ -13,6 +13,9 @@ Layout (the shipped Dockerfile reads exactly this)::
                               time on every build); cached per upstream tree, so only the first
                               build of a pin packs it
     upstream/removed.txt      package files the patches deleted, one per line
+    upstream/packages.txt     the other packages the series patches, by import name (one a line)
+    upstream/<name>.tar.gz    each one's unpatched package (``<name>/...`` members), cached alike
+    overlay-packages/<name>/  files of each other package that differ from its upstream
     overlay/sglang/           files that differ from upstream (the whole patched package goes
                               to upstream/sglang.tar.gz when no upstream tree is given)
 
@@ -49,7 +52,10 @@ from forgepatch.images.archive import (
 
 MANIFEST = ".forgepatch-context.json"
 UPSTREAM_TAR = "upstream/sglang.tar.gz"
-REQUIRED_DIRS = ("wheels", "overlay/sglang")
+PACKAGES_LIST = "upstream/packages.txt"
+OTHER_OVERLAY = "overlay-packages"
+REQUIRED_DIRS = ("wheels", "overlay/sglang", OTHER_OVERLAY)
+IMPORT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 # What every image carries of forgepatch (paths relative to the package dir), copied whole:
 # the in-image package and the stdlib-only modules it imports. Nothing else of forgepatch
@@ -66,6 +72,16 @@ def secret_values(environ: dict[str, str] | None = None) -> dict[str, str]:
     search for without false positives."""
     env = os.environ if environ is None else environ
     return {k: v for k, v in env.items() if SECRET_NAME.search(k) and len(v) >= MIN_SECRET_LEN}
+
+
+@dataclass(frozen=True)
+class OtherPackage:
+    """A package besides SGLang that the image carries patched: its import name, its
+    unpatched tree and the patch engine's changes to it (package-relative path -> bytes)."""
+
+    import_name: str
+    upstream: Path
+    changes: dict[str, bytes | str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -90,6 +106,7 @@ class BuildContext:
     removed_files: list[str] = field(default_factory=list)
     wheels: list[tuple[str, str]] = field(default_factory=list)  # (file name, sha256)
     image_modules: list[str] = field(default_factory=list)  # forgepatch files in the image
+    package_overlays: dict[str, list[str]] = field(default_factory=dict)  # other package -> changed files
     files_written: int = 0  # how many files this assembly had to (re)write
 
     @property
@@ -157,6 +174,7 @@ def assemble(
     package_dir: Path,
     secrets: dict[str, str] | None = None,
     tar_cache: Path | None = None,
+    others: Iterable[OtherPackage] = (),
 ) -> BuildContext:
     """Write (sync) the build context into ``dest`` and return it with its digest.
 
@@ -164,7 +182,8 @@ def assemble(
     ``changes`` (package-relative path -> new text, what the patch engine returns). With
     ``upstream`` only the files that differ from it go to the overlay layer. ``package_dir`` is
     the ``forgepatch`` package dir (``IMAGE_FILES`` come from it); ``tar_cache`` a directory
-    keeping upstream tars between runs.
+    keeping upstream tars between runs. ``others``: the other packages the series patches
+    (their unpatched trees and changes), each overlaid where the image imports it from.
     """
     if (package is None) == (changes is None):
         raise ValueError("assemble: pass exactly one of package= or changes=")
@@ -174,6 +193,13 @@ def assemble(
         _check_package(upstream, "upstream package")
     elif changes is not None:
         raise ValueError("assemble: changes= needs upstream=")
+    others = list(others)
+    for other in others:
+        if not IMPORT_NAME.fullmatch(other.import_name) or other.import_name == "sglang":
+            raise BadInput(f"package {other.import_name!r}: not an import name of a package besides sglang")
+        _check_package(other.upstream, f"upstream package {other.import_name}")
+    if len({o.import_name for o in others}) != len(others):
+        raise BadInput("build context: two packages share an import name")
     wheels = [Path(w) for w in wheels]
     for wheel in wheels:
         if wheel.suffix != ".whl" or not wheel.is_file():
@@ -185,7 +211,7 @@ def assemble(
     plan = _Plan(secrets or {})
     try:
         ctx = _plan(plan, package and Path(package), upstream and Path(upstream), changes, wheels, dockerfile,
-                    installer, Path(package_dir), tar_cache)
+                    installer, Path(package_dir), tar_cache, others)
         ctx.files_written = _sync(plan, ctx.entries, dest)
     except OSError as exc:
         where = exc.filename or dest
@@ -215,7 +241,8 @@ def _check_package(package: Path, what: str) -> None:
         raise BadInput(f"{what} {package}: not a Python package directory (no __init__.py)")
 
 
-def _plan(plan, package, upstream, changes, wheels, dockerfile, installer, package_dir, tar_cache) -> BuildContext:
+def _plan(plan, package, upstream, changes, wheels, dockerfile, installer, package_dir, tar_cache,
+          others=()) -> BuildContext:
     plan.put("Dockerfile", Path(dockerfile).read_bytes(), dockerfile)
     plan.put("inimage/install.py", Path(installer).read_bytes(), installer)
     image_modules = image_files(package_dir)
@@ -255,10 +282,28 @@ def _plan(plan, package, upstream, changes, wheels, dockerfile, installer, packa
     for rel in overlay:
         plan.put(f"overlay/sglang/{rel}", contents[rel], origins[rel])
     plan.put("upstream/removed.txt", "".join(r + "\n" for r in removed).encode(), "removed files")
+    package_overlays = {o.import_name: _plan_other(plan, o, tar_cache) for o in others}
+    plan.put(PACKAGES_LIST, "".join(n + "\n" for n in package_overlays).encode(), "package list")
 
     entries = plan.entries()
     digest = hashlib.sha256("".join(e.line() for e in entries).encode()).hexdigest()
-    return BuildContext(Path(), entries, digest, overlay, removed, wheel_facts, image_modules)
+    return BuildContext(Path(), entries, digest, overlay, removed, wheel_facts, image_modules, package_overlays)
+
+
+def _plan_other(plan: _Plan, other: OtherPackage, tar_cache) -> list[str]:
+    """One other package: its unpatched tar and the files the series changed in it."""
+    name = other.import_name
+    plan.files[f"upstream/{name}.tar.gz"], pristine = upstream_tar(other.upstream, tar_cache, plan.scan, prefix=name)
+    overlay = []
+    for rel, text in sorted(other.changes.items()):
+        if not _safe_rel(rel):
+            raise BadInput(f"patched file {name}/{rel}: not a path inside the package")
+        data = text if isinstance(text, bytes) else text.encode("utf-8")
+        if pristine.get(rel) == hashlib.sha256(data).hexdigest():
+            continue
+        plan.put(f"{OTHER_OVERLAY}/{name}/{rel}", data, f"patched {name}/{rel}")
+        overlay.append(rel)
+    return overlay
 
 
 def _safe_rel(rel: str) -> bool:

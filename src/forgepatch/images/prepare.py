@@ -1,6 +1,8 @@
 """From matrix.toml and a source to an ImageSpec: pick the pin, base image and wheels, check
-that the source is the pin's code, run the arch's patch series (``patching.series``),
-assemble the context. Shared by ``forgepatch build`` and ``forgepatch bake``."""
+that the source is the pin's code, run the arch's patch series (``patching.series``) on
+every package it patches (SGLang from the source, each other package from the pin's
+``[pins.NAME.packages.PKG]``), assemble the context. Shared by ``forgepatch build`` and
+``forgepatch bake``."""
 
 from __future__ import annotations
 
@@ -9,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from forgepatch.arch import Arch, get_arch
-from forgepatch.combination import Upstream, image_tag, tag_safe
+from forgepatch.combination import PackageIdentity, Upstream, image_tag, tag_safe
 from forgepatch.patching.identity import engine_version
 from forgepatch.errors import BadInput, Failure
-from forgepatch.images.context import BuildContext, assemble, check_dest, secret_values
+from forgepatch.images.base_facts import Wanted
+from forgepatch.images.context import BuildContext, OtherPackage, assemble, check_dest, secret_values
 from forgepatch.images.spec import ImageSpec, SourceFacts
 from forgepatch.paths import IMAGE_INSTALLER, PACKAGE_DIR, SHIPPED_DOCKERFILE, cache_dir
 
@@ -89,14 +92,14 @@ def check_source_is_pin(target: Target, found: Upstream, label: str) -> None:
 
 def build_context(
     dest: Path, package: Path | None, upstream: Path | None = None, wheels: list[Path] | None = None,
-    changes: dict[str, str] | None = None,
+    changes: dict[str, str] | None = None, others: list[OtherPackage] | None = None,
 ) -> BuildContext:
     """Assemble the context with the shipped Dockerfile, installer and in-image package: from
     a patched package dir, or from ``upstream`` + the patch engine's ``changes``."""
     return assemble(
         dest, package=package, upstream=upstream, changes=changes, wheels=wheels or [], dockerfile=SHIPPED_DOCKERFILE,
         installer=IMAGE_INSTALLER, package_dir=PACKAGE_DIR, secrets=secret_values(),
-        tar_cache=cache_dir("upstream-tars"),
+        tar_cache=cache_dir("upstream-tars"), others=others or [],
     )
 
 
@@ -108,22 +111,24 @@ def default_context_dir(target_pin: str, arch: str) -> Path:
 class Prepared:
     spec: ImageSpec
     apply: dict[str, Any] = field(default_factory=dict)
+    packages: list[Wanted] = field(default_factory=list)  # every package the image carries, sglang first
 
 
 def prepare(target: Target, matrix, patches_dir: Path, context_dir: Path | None = None) -> Prepared:
-    """Check the source against the pin, run the arch's series on it, assemble its context."""
+    """Check the source against the pin, run the arch's series on every package it patches
+    (a drift in any package: nothing is built), assemble the context."""
     dest = context_dir or default_context_dir(target.pin, target.arch.name)
     check_dest(dest)
     try:
-        from forgepatch.patching.series import load_series, run_series
-        from forgepatch.patching.trees import DirTree
+        from forgepatch.patching.series import load_series, packages_of
+        from forgepatch.patching.service import run_arch
     except ImportError as exc:
         raise Failure(f"the patch engine is not available in this build of forgepatch: {exc}") from exc
+    from forgepatch.packages import get
+    from forgepatch.patching.patchset import patchset_hash
     from forgepatch.sources import resolve_source
 
-    from forgepatch.patching.series import sglang_only
-
-    series = sglang_only(load_series(matrix, target.arch, patches_dir), "build")
+    series = load_series(matrix, target.arch, patches_dir)
     tree = resolve_source(target.source, matrix)
     if target.pin in matrix.pins and target.source == matrix.pins[target.pin].source:
         from forgepatch.wheels import check_pin
@@ -131,19 +136,60 @@ def prepare(target: Target, matrix, patches_dir: Path, context_dir: Path | None 
         check_pin(target.pin, matrix.pins[target.pin], tree)  # the wheel is the one the pin records
     upstream = Upstream.of_source(tree)
     check_source_is_pin(target, upstream, tree.label)
-    # in memory: the image context takes the unpatched tree (one cached layer per pin) plus
-    # the files the series changed (the overlay layer)
-    result = run_series(series, DirTree(tree.package, pristine=tree.pristine), tree.version)
-    if result.drift:
-        raise Failure(
-            f"the {target.arch.name} patch series drifted on {tree.label}; "
-            f"see `forgepatch apply --arch {target.arch.name} --source {target.source}`"
-        )
-    ctx = build_context(dest, None, upstream=Path(tree.package), wheels=target.wheels, changes=result.changed_bytes())
+    # other packages first: a missing package pin is bad input before any patching
+    others = [(name, package_tree(matrix, target, series, name)) for name in packages_of(series) if name != "sglang"]
+    # in memory: the image context takes each unpatched tree (one cached layer per pin) plus
+    # the files the series changed (the overlay layers)
+    runs = []
+    for src in [tree] + [t for _, t in others]:
+        result, _src, _tree, patches = run_arch(target.arch.name, None, matrix, patches_dir, src=src)
+        if result.drift:
+            raise Failure(
+                f"the {target.arch.name} patch series drifted on {src.label}; see `forgepatch apply --arch "
+                f"{target.arch.name} --source {target.source if src is tree else src.label}`"
+            )
+        runs.append((src, result, patchset_hash(patches)))
+    sg_result = runs[0][1]
+    extra = [OtherPackage(get(src.package_name, matrix).import_name, Path(src.package), result.changed_bytes())
+             for src, result, _ in runs[1:]]
+    ctx = build_context(dest, None, upstream=Path(tree.package), wheels=target.wheels,
+                        changes=sg_result.changed_bytes(), others=extra)
+    ids = tuple(PackageIdentity(src.package_name, Upstream.of_source(src), hash_) for src, _, hash_ in runs)
     spec = ImageSpec(
         target.arch, target.pin, target.repo, target.base_image, ctx, SourceFacts(upstream, matrix.upstream.repo),
         patchset=series.hash, patches=target.patches, extra_args=target.extra_args, engine=engine_version(),
+        package_ids=ids,
     )
-    doc = result.to_json()
+    doc = sg_result.to_json()
     doc["source"], doc["upstream_revision"] = tree.label, tree.revision
-    return Prepared(spec, doc)
+    doc["packages"] = [{**r.to_json(), "package": s.package_name, "source": s.label, "upstream_revision": s.revision}
+                       for s, r, _ in runs]
+    wanted = []
+    for src, _, _ in runs:
+        info = get(src.package_name, matrix)
+        wanted.append(Wanted(info.name, info.dist, info.import_name, src.version))
+    return Prepared(spec, doc, wanted)
+
+
+def package_tree(matrix, target: Target, series, name: str):
+    """The pin's version of package ``name`` (``[pins.PIN.packages.NAME]``), resolved and held
+    to the wheel digest the pin records. BadInput when the pin names none: the image would
+    carry the base's (or no) copy without the series' patches to it."""
+    from forgepatch.packages import get
+    from forgepatch.sources import resolve_source
+
+    pin = matrix.pins.get(target.pin)
+    pkg_pin = pin.packages.get(name) if pin is not None else None
+    patch = next(p.id for p in series.patches if p.package == name)
+    if pkg_pin is None:
+        raise BadInput(f"build: the {series.arch.name} series patches {name} (patch {patch}), and pin "
+                       f"{target.pin!r} names no version of it: add [pins.\"{target.pin}\".packages.{name}] "
+                       f"pypi = \"VERSION\" to matrix.toml")
+    info = get(name, matrix)
+    src = resolve_source(pkg_pin.source(info.dist, info.repo), matrix)
+    if src.package_name != name:
+        raise BadInput(f"pins.{target.pin}.packages.{name}: its source {src.label} holds {src.package_name}, not {name}")
+    if pkg_pin.sha256 and src.revision != pkg_pin.sha256:
+        raise BadInput(f"pins.{target.pin}.packages.{name}: the wheel of {src.label} has sha256 "
+                       f"{str(src.revision)[:12]}, the pin records {pkg_pin.sha256[:12]}")
+    return src

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from forgepatch.combination import LABEL
-from forgepatch.combination.records import AuditSummary, Build, BuildRecord
+from forgepatch.combination import LABEL, packages_of_labels
+from forgepatch.combination.records import AuditSummary, Build, BuildRecord, PackageBuild
 from forgepatch.infra.refs import ImageRef, parse
 from forgepatch.errors import BadInput, Failure
 from forgepatch import utctime
@@ -113,6 +113,7 @@ def record(path: Path, result, audit: AuditSummary | None) -> Build:
         patchset=labels.get(LABEL["patchset"]), upstream=labels.get(LABEL["upstream"]),
         engine=labels.get(LABEL["engine"]), base_image=result.base_image, audit=audit,
         built_at=utctime.iso_seconds(),
+        packages=[PackageBuild.of(p) for p in packages_of_labels(labels).values()],
     )
     book.put(build)
     book.write(path)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from forgepatch.arch import Arch
-from forgepatch.combination import LABEL, LABEL_ARG, Upstream, content_ref, image_ref
+from forgepatch.combination import LABEL, LABEL_ARG, PackageIdentity, Upstream, content_ref, image_ref, packages_label
 from forgepatch.errors import BadInput
 from forgepatch.images.context import SECRET_NAME, BuildContext, secret_values
 from forgepatch import utctime
@@ -42,6 +42,8 @@ class ImageSpec:
     patches: list[str] = field(default_factory=list)
     engine: str = ""  # the patch engine's version (combination.engine_version)
     extra_args: dict[str, str] = field(default_factory=dict)  # matrix arches.<a>.build_args
+    # every package the image carries, sglang first (empty: sglang alone, from source + patchset)
+    package_ids: tuple[PackageIdentity, ...] = ()
 
     def __post_init__(self) -> None:
         refuse_secrets(self.build_args(), "build arg")
@@ -49,6 +51,11 @@ class ImageSpec:
         for key, value in self.identity_labels().items():
             if any(c in value for c in '"\\\n$'):
                 raise BadInput(f"label {key}: value {value!r} has a quote, backslash, newline or '$'")
+
+    @property
+    def packages(self) -> tuple[PackageIdentity, ...]:
+        """The packages of the image (label ``forgepatch.packages``)."""
+        return self.package_ids or (PackageIdentity("sglang", self.source.upstream, self.patchset),)
 
     def build_args(self) -> dict[str, str]:
         args = {"BASE_IMAGE": self.base_image, **self.arch.build_args(), **self.extra_args}
@@ -62,6 +69,7 @@ class ImageSpec:
             LABEL["arch"]: self.arch.name,
             LABEL["pin"]: self.pin,
             LABEL["patchset"]: self.patchset,
+            LABEL["packages"]: packages_label(self.packages),
             LABEL["patches"]: ",".join(self.patches),
             LABEL["engine"]: self.engine,
             LABEL["torch_cuda_arch_list"]: self.arch.torch_arch,

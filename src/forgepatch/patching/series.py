@@ -98,9 +98,9 @@ def for_package(series: Series, package: str, matrix: Any = None) -> Series:
 
 
 def sglang_only(series: Series, what: str) -> Series:
-    """``series`` for a stage that carries SGLang alone so far (``build``, the smoke local
-    tree): a series that patches another package too is refused (exit 2), never built or
-    smoked without that package's patches."""
+    """``series`` for a stage that carries SGLang alone so far (the smoke local tree; ``build``
+    carries every package): a series that patches another package too is refused (exit 2),
+    never smoked without that package's patches."""
     others = [p for p in series.patches if p.package != "sglang"]
     if others:
         raise BadInput(f"{what}: the {series.arch.name} series patches {others[0].package} too "
@@ -112,6 +112,31 @@ def sglang_only(series: Series, what: str) -> Series:
 def packages_of(series: Series) -> list[str]:
     """The packages ``series`` patches, in the order their first patch appears."""
     return list(dict.fromkeys(p.package for p in series.patches))
+
+
+def package_patchsets(series: Series) -> dict[str, str]:
+    """Each package's part of ``series`` -> its patchset hash (what the image labels name)."""
+    return {name: patchset_hash([p for p in series.patches if p.package == name]) for name in packages_of(series)}
+
+
+def expected_packages(matrix: Any, series: Series, pin: str) -> dict[str, Any]:
+    """What an image of ``pin`` must carry of every package besides sglang that ``series``
+    patches (name -> ``combination.PackageIdentity``: the pin's ``[pins.PIN.packages.NAME]``
+    version, wheel sha256 or revision as recorded, and the patchset of that package's part).
+    A package the pin names no version of has the upstream kind ``none`` (nothing matches it).
+    SGLang is left out: its upstream is the pin's own (checked as ``forgepatch.upstream``)."""
+    from forgepatch.combination import PackageIdentity, Upstream
+
+    pinned = matrix.pins[pin].packages if pin in matrix.pins else {}
+    out = {}
+    for name, patchset in package_patchsets(series).items():
+        if name == "sglang":
+            continue
+        pp = pinned.get(name)
+        up = (Upstream("none") if pp is None else Upstream("pypi", pp.pypi, pp.sha256) if pp.pypi
+              else Upstream("git", None, pp.rev))
+        out[name] = PackageIdentity(name, up, patchset)
+    return out
 
 
 def run_series(series: Series, tree: Tree, version: str | None, *,

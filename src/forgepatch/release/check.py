@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from forgepatch.combination import LABEL, Trailer, Upstream, branch_name, release_identity
+from forgepatch.combination import LABEL, Trailer, Upstream, branch_name, packages_problems, release_identity
 from forgepatch.combination.results import JobResult, Toolchain
 from forgepatch.errors import BadInput
 from forgepatch.release import evidence as ev
@@ -19,7 +19,7 @@ from forgepatch.release import evidence as ev
 class Reason:
     code: str  # no-required-profiles | no-branch | patchset-changed | branch-upstream | no-image |
     #           image-patchset | image-upstream | missing-results | failing-profile | stale-results |
-    #           other-image | results-incomplete | tag-taken | tag-missing
+    #           image-packages | other-image | results-incomplete | tag-taken | tag-missing
     message: str
     profile: str | None = None
 
@@ -92,6 +92,14 @@ def current_patchset(matrix, patches_dir: Path, arch: str) -> str:
     return load_series(matrix, arch, patches_dir).hash
 
 
+def expected_packages(matrix, patches_dir: Path, arch: str, pin: str) -> dict:
+    """Every package besides sglang the arch's series patches, as the pin's image must carry
+    it (``patching.series.expected_packages``)."""
+    from forgepatch.patching.series import expected_packages as expected, load_series
+
+    return expected(matrix, load_series(matrix, arch, patches_dir), pin)
+
+
 def pin_identity(inp: Inputs, pin: str) -> Upstream:
     """The pin's recorded identity; a git pin's rev resolved in the fork repo when it is there."""
     from forgepatch.combination import pin_identity as resolved
@@ -127,6 +135,7 @@ def evaluate(inp: Inputs, arch: str, pin: str) -> Evaluation:
         out.reasons.append(Reason("no-image", f"no image labelled {arch}/{pin} in the Docker engine (run `forgepatch build --arch {arch} --pin {pin}`)"))
     else:
         out.reasons += _judge_image(image, br, name, pin, patchset, want)
+        out.reasons += _judge_packages(image, pin, expected_packages(matrix, inp.patches_dir, arch, pin))
 
     profiles: dict[str, dict[str, Any]] = {}
     used: dict[str, ev.ResultsFile] = {}
@@ -181,6 +190,15 @@ def _judge_image(image: ev.ImageFacts, br: ev.BranchFacts | None, name: str, pin
     if upstream and found.kind == "git" and found.revision and found.revision != upstream:
         out.append(Reason("image-upstream", f"image {which} was built from upstream {found.revision[:12]}, branch {name} is on {upstream[:12]}"))
     return out
+
+
+def _judge_packages(image: ev.ImageFacts, pin: str, want: dict) -> list[Reason]:
+    """Every other package the series patches must be in the image as validated: the pin's
+    release of it, with the patchset of its part of the series (labels before packages were
+    labelled name SGLang alone: such an image lacks them)."""
+    which = image.ref or image.id[:19]
+    return [Reason("image-packages", f"image {which}: {problem} (rebuild it with `forgepatch build --pin {pin}`)")
+            for problem in packages_problems(image.labels, want)]
 
 
 def _newest(rows: list[tuple[ev.ResultsFile, JobResult]]):

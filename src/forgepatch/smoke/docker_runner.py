@@ -21,6 +21,7 @@ from pathlib import Path
 from forgepatch.combination import CONTAINER_JOB, CONTAINER_OWNER, CONTAINER_RUN
 from forgepatch.infra.refs import is_digest_ref
 from forgepatch.combination import LABEL as IMAGE_LABEL
+from forgepatch.combination import packages_problems
 from forgepatch.errors import BadInput
 from forgepatch.inimage.monitor import LineSplitter
 from forgepatch.infra.dockerapi import image_repository, repo_digest
@@ -109,6 +110,10 @@ class DockerRunner:
             if job.patchset is not None and have != job.patchset:
                 raise BadInput(f"image {job.image!r} was built with patchset {have or '(none)'}, but the patch files "
                                f"of {job.arch} now hash to {job.patchset} (job {job.id}; rebuild and push it)")
+            problems = packages_problems(got, job.packages) if job.packages else []
+            if problems:
+                raise BadInput(f"image {job.image!r} is not the combination of job {job.id}: {problems[0]} "
+                               f"(rebuild and push it)")
         for image in missing:
             self._pull(image)
         self.reap_stale()

@@ -46,6 +46,8 @@ class JobSpec:
     index: int | None = None  # position in the unsharded plan
     patchset: str | None = None  # the patchset the image must carry (checked before it runs; None: not checked)
     audit: dict | None = None  # the build record's kernel audit of the image (evidence, copied into the result)
+    # the other packages the image must carry (name -> combination.PackageIdentity; None: not checked)
+    packages: dict | None = None
 
 
 @dataclass
@@ -113,6 +115,7 @@ def judge(spec: JobSpec, out: RunOutcome, runner: str = "") -> JobResult:
         context=[{"lineno": n, "line": s} for n, s in t.context], notes=list(t.notes),
         image_id=out.image_id, image_digest=out.image_digest, patchset=labels.get(LABEL["patchset"]), audit=spec.audit,
         upstream=labels.get(LABEL["upstream"]), engine=labels.get(LABEL["engine"]),
+        packages=labels.get(LABEL["packages"]),
         toolchain=Toolchain.model_validate(found) if isinstance(found, dict) else None,
         finished_at=utctime.iso(),
     )

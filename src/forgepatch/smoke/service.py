@@ -101,14 +101,19 @@ def use_builds(specs, paths: list[Path]) -> None:
 
 
 def expected_patchsets(matrix, patches, specs) -> None:
-    """The patchset each job's arch has now (what its image must carry)."""
+    """The patchset each job's arch has now, and each other package at the pin's release
+    (what its image must carry)."""
     from forgepatch.patching.series import load_series
 
-    memo: dict[str, str] = {}
+    from forgepatch.patching.series import expected_packages
+
+    memo: dict[str, object] = {}
     for spec in specs:
         if spec.arch not in memo:
-            memo[spec.arch] = load_series(matrix, spec.arch, patches).hash
-        spec.patchset = memo[spec.arch]
+            memo[spec.arch] = load_series(matrix, spec.arch, patches)
+        series = memo[spec.arch]
+        spec.patchset = series.hash
+        spec.packages = expected_packages(matrix, series, spec.pin) or None  # every other package it patches
 
 
 def result_cache():
