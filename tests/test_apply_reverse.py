@@ -21,6 +21,7 @@ import pytest
 from forgepatch.infra.journal import STATE_DIR
 from forgepatch.sources import pypi_tree
 from tests.support.cli import assert_one_line_error, forgepatch
+from tests.support.killmatrix import _strace
 
 ENV = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
 FIXTURE = Path(__file__).parent / "fixtures" / "packages"
@@ -165,15 +166,6 @@ def test_text_patch_and_added_file_over_two_packages_reverse_byte_exact(orig, tm
 
 
 # -- crash safety (the kill harness of test_crash_safety) ---------------------------------------
-def _strace() -> str:
-    path = shutil.which("strace")
-    if path is None:
-        if os.environ.get("FORGEPATCH_STRICT"):
-            pytest.fail("strace is required (tests/run.sh installs it)")
-        pytest.skip("strace not installed")
-    return path
-
-
 def _traced(strace: str, tree: Path, spec: str, *args: str, log: Path | None = None) -> subprocess.CompletedProcess:
     cmd = [strace, "-f", "--seccomp-bpf", "-qq", "-e", spec] + (["-o", str(log)] if log else [])
     cmd += [sys.executable, "-m", "forgepatch", "apply", "--arch", "sm120", "--source", str(tree), *args]

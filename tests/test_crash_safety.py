@@ -26,18 +26,10 @@ import pytest
 from forgepatch.infra.journal import STATE_DIR, TreeLock
 from forgepatch.sources import pypi_tree
 from tests.support.cli import assert_one_line_error, forgepatch
+from tests.support.killmatrix import _strace
 
 RELEASES = ["0.5.10", "0.5.23"]
 ENV = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}  # no .pyc renames of our own
-
-
-def _strace() -> str:
-    path = shutil.which("strace")
-    if path is None:
-        if os.environ.get("FORGEPATCH_STRICT"):
-            pytest.fail("strace is required (tests/run.sh installs it)")
-        pytest.skip("strace not installed")
-    return path
 
 
 def digest(root: Path) -> dict[str, str]:
