@@ -208,3 +208,43 @@ def test_an_unclassifiable_binding_on_the_cli_exits_1_names_the_line_and_writes_
     assert {p: p.read_bytes() for p in root.rglob("*.py")} == before  # nothing written
     assert "unverified" in run.out + run.err
     assert f"{rel}:{first}" in " ".join((run.out + run.err).split())  # the binding's file:line
+
+
+# -- the evaluator, when upstream already names the helper in the gate -------------------------
+# The gate already reads `_is_sm120_supported`; what the name is bound to decides whether sm120
+# is admitted. A definition that reads no arch says nothing about sm120, whatever its name: the
+# verifier must not take the name's family for its value (it did: an environment flag passed as
+# "gate already accepts sm120", no gate rejecting, exit 0).
+UPSTREAM_WIDENED = f"(_is_sm90_supported or _is_sm100_supported or {NAME})"
+NOT_AN_ARCH_READ = {
+    "environment flag": f"import os\n\n{NAME} = bool(int(os.environ.get('SGLANG_FUSION_SM12X', '0')))\n",
+    "setting of an object": f"{NAME} = torch.backends.cuda.matmul.allow_tf32\n",
+    "result of an unknown call": f"{NAME} = torch.cuda.make_probe(12)\n",
+}
+
+
+@pytest.mark.parametrize("shape", sorted(NOT_AN_ARCH_READ))
+@pytest.mark.parametrize("version", sorted(REAL))
+def test_a_helper_named_for_sm120_that_reads_no_arch_is_never_admitted_by_its_name(version, shape):
+    files, rel, func = _files(version)
+    assert GATE in files[rel]
+    files[rel] = files[rel].replace(GATE, UPSTREAM_WIDENED, 1)
+    files[rel], _first = _bind(files[rel], func, NOT_AN_ARCH_READ[shape])
+    res = _run(files, version)
+    assert res.drift and not res.changed, (shape, res.to_json())  # exit 1, nothing written
+    gate_line = files[rel].splitlines().index(next(ln for ln in files[rel].splitlines() if UPSTREAM_WIDENED in ln)) + 1
+    found = _locations(res, "unverified") + _locations(res, "incomplete")
+    assert any(loc.file == rel and loc.line == gate_line for loc in found), [loc.to_json() for loc in found]
+
+
+@pytest.mark.parametrize("version", sorted(REAL))
+def test_a_helper_named_for_sm120_that_tests_sm120_is_already_applied(version):
+    """The control: the same gate, the helper defined by an arch read -> already applied, exit 0."""
+    files, rel, func = _files(version)
+    files[rel] = files[rel].replace(GATE, UPSTREAM_WIDENED, 1)
+    files[rel], _first = _bind(files[rel], func, f"{NAME} = {TEST}\n")
+    res = _run(files, version)
+    checks = [c for p in res.patches for c in p.checks]
+    site = next(s for p in res.patches for s in p.sites if s.site == "runtime-fusion-gate")
+    assert site.status.value in ("already-applied", "absorbed-upstream"), res.to_json()
+    assert not [c for c in checks if c.file == rel and c.status != "ok"], [c.to_json() for c in checks]

@@ -44,7 +44,7 @@ class Scope:
 class Evaluator:
     """Evaluates expressions for one compute capability against an :class:`~forgepatch.gates.index.Index`."""
 
-    def __init__(self, index, cc: tuple[int, int], policy=None, strict: bool = False):
+    def __init__(self, index, cc: tuple[int, int], policy=None, strict: bool = False, reads_arch=None):
         """``policy`` says which definitions are followed (those built on arch reads, and
         literal tables); others are UNKNOWN: a module flag ``X = False`` or a
         ``self.x = False`` somewhere in a class says nothing about the value at a gate.
@@ -54,8 +54,14 @@ class Evaluator:
         rather than None, a property read through ``self`` is called, a lambda is a
         function, and an SGLang family predicate (``is_sm100_supported``, ``_is_sm100``,
         ``.is_sm100``) the tree does not define readably is read by its name
-        (:func:`~forgepatch.gates.values.family_value`)."""
+        (:func:`~forgepatch.gates.values.family_value`).
+
+        ``reads_arch`` (strict mode: does a definition read the arch?): a family-named name
+        the tree defines WITHOUT reading the arch (``_is_sm120_supported =
+        bool(os.environ[...])``), whose value cannot be decided, is UNKNOWN: its name says
+        nothing about what it tests."""
         self.index, self.cc, self.policy, self.strict = index, cc, policy, strict
+        self.reads_arch = reads_arch
         self._memo: dict[tuple, Any] = {}
         self._active: set[tuple] = set()
 
@@ -80,6 +86,8 @@ class Evaluator:
             if majors is not None:  # `is_blackwell = lru_cache(...)(partial(_check..., device_capability_majors=[10, 11, 12]))`
                 return _NamedPredicate(definition.name, self.cc[0] in majors)
         if value is UNKNOWN:
+            if self.strict and self.reads_arch is not None and not self.reads_arch(definition):
+                return UNKNOWN  # defined here without an arch read: not the family's predicate
             return self._by_name(definition.name)
         return value
 

@@ -42,6 +42,7 @@ from forgepatch.arch import ARCHES, SIBLING_FAMILIES as SIBLINGS, Arch
 from forgepatch.gates.bindings import Locals
 from forgepatch.gates.evaluate import Evaluator, Scope
 from forgepatch.gates.index import Index, absolute_module, module_files
+from forgepatch.gates.reads import ArchReads
 from forgepatch.gates.scan import Block, SourceFile, parse_file
 from forgepatch.gates.values import UNKNOWN, VERSION, Func, Partial, plain, truth
 from forgepatch.patching.markers import Matcher
@@ -404,7 +405,11 @@ class Judge:
     conditional expressions), with the callee's parameters and settings as free atoms."""
 
     def __init__(self, index: Index, arch_expr: Callable[[ast.AST], bool]):
-        self.evaluators = {name: Evaluator(index, a.cc, None, strict=True) for name, a in ARCHES.items()}
+        # a name read as an arch fact whose definition in the tree reads no arch
+        # (`_is_sm120_supported = bool(os.environ[...])`) is undecided, never its name's family
+        self.reads_arch = ArchReads(index).def_is_arch
+        self.evaluators = {name: Evaluator(index, a.cc, None, strict=True, reads_arch=self.reads_arch)
+                           for name, a in ARCHES.items()}
         self.arch_expr = arch_expr
         self.index = index
         self._expanded: dict[tuple, Any] = {}
@@ -473,9 +478,9 @@ class Judge:
             if node.id in scope.local:
                 return None
             d = self.index.resolve(node.id, scope.file)
-            if d is not None and isinstance(d.node, ast.expr):
+            if d is not None and isinstance(d.node, ast.expr) and self.reads_arch(d):
                 return d.node, Scope(d.file, d.cls, {}), f"{d.name}:"
-            return None
+            return None  # not an arch read after all (its name said so): undecided
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self" and scope.cls:
             exprs = self.index.self_assignments(scope.file, scope.cls, node.attr)
             if len(exprs) == 1:
