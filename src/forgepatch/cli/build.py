@@ -50,10 +50,11 @@ def build(
     if warning:
         err.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
     from forgepatch import progress as shown  # terminal only, never with --json
+    from forgepatch.images.base_facts import check_base, read_base
 
+    base = read_base(api, target.base_image, base_id)  # its Python, machine, glibc: which wheel it takes
     with shown.task(f"patching {target.source} for {target.arch.name} and assembling the context"):
-        prepared = prepare(target, matrix, STATE.patches(), context_dir)
-    from forgepatch.images.base_facts import check_base
+        prepared = prepare(target, matrix, STATE.patches(), context_dir, base=base)
 
     # the base's own copy of each package must be the release the image carries (another one -> exit 2)
     check_base(api, target.base_image, base_id, target.pin, prepared.packages)

@@ -32,6 +32,7 @@ SCRIPT = ("import json, os, platform, sys\n"
           "    return os.path.realpath(locs[0]) if locs else None\n"
           "pkgs = {n: {'version': ver(d), 'dir': where(i)} for n, d, i in json.loads(sys.argv[1])}\n"
           "print(json.dumps({'python': '%d.%d' % sys.version_info[:2], 'machine': platform.machine(),\n"
+          "                  'glibc': platform.libc_ver()[1] if platform.libc_ver()[0] == 'glibc' else None,\n"
           "                  'sglang': ver('sglang'), 'packages': pkgs}))\n")
 
 
@@ -47,6 +48,7 @@ class BaseFacts:
     machine: str  # x86_64, aarch64
     sglang: str | None  # None: SGLang is not installed in the base
     packages: dict[str, InstalledPackage] = field(default_factory=dict)  # name -> what the base has
+    glibc: str | None = None  # the C library's version (2.36); None: not glibc, or not known
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -54,7 +56,7 @@ class BaseFacts:
     @classmethod
     def from_json(cls, doc: dict) -> "BaseFacts":
         pkgs = {k: InstalledPackage(**v) for k, v in (doc.get("packages") or {}).items()}
-        return cls(doc["python"], doc["machine"], doc.get("sglang"), pkgs)
+        return cls(doc["python"], doc["machine"], doc.get("sglang"), pkgs, doc.get("glibc"))
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,7 @@ def read_base(api, ref: str, image_id: str, python: str = "python3",
 
     probe = [["sglang", "sglang", "sglang"]] + [[w.name, w.dist, w.import_name] for w in packages if w.name != "sglang"]
     arg = json.dumps(probe, sort_keys=True)
-    key = hashlib.sha256(arg.encode()).hexdigest()[:12]
+    key = hashlib.sha256((SCRIPT + arg).encode()).hexdigest()[:12]  # another probe: another record
     memo = cache_dir("base-facts") / f"{image_id.replace(':', '-')}.{key}.json"
     try:
         return BaseFacts.from_json(json.loads(memo.read_text()))

@@ -14,7 +14,7 @@ from forgepatch.arch import Arch, get_arch
 from forgepatch.combination import PackageIdentity, Upstream, image_tag, tag_safe
 from forgepatch.patching.identity import engine_version
 from forgepatch.errors import BadInput, Failure
-from forgepatch.images.base_facts import Wanted
+from forgepatch.images.base_facts import BaseFacts, Wanted
 from forgepatch.images.context import BuildContext, OtherPackage, assemble, check_dest, secret_values
 from forgepatch.images.spec import ImageSpec, SourceFacts
 from forgepatch.paths import IMAGE_INSTALLER, PACKAGE_DIR, SHIPPED_DOCKERFILE, cache_dir
@@ -114,9 +114,12 @@ class Prepared:
     packages: list[Wanted] = field(default_factory=list)  # every package the image carries, sglang first
 
 
-def prepare(target: Target, matrix, patches_dir: Path, context_dir: Path | None = None) -> Prepared:
+def prepare(target: Target, matrix, patches_dir: Path, context_dir: Path | None = None,
+            base: BaseFacts | None = None) -> Prepared:
     """Check the source against the pin, run the arch's series on every package it patches
-    (a drift in any package: nothing is built), assemble the context."""
+    (a drift in any package: nothing is built), assemble the context. With ``base`` (the base
+    image's facts) a PyPI pin's SGLang is the complete package of THE wheel of the pin that
+    base installs (``base_tree``); without, the ``.py`` files of this host's wheel."""
     dest = context_dir or default_context_dir(target.pin, target.arch.name)
     check_dest(dest)
     try:
@@ -129,11 +132,13 @@ def prepare(target: Target, matrix, patches_dir: Path, context_dir: Path | None 
     from forgepatch.sources import resolve_source
 
     series = load_series(matrix, target.arch, patches_dir)
-    tree = resolve_source(target.source, matrix)
-    if target.pin in matrix.pins and target.source == matrix.pins[target.pin].source:
-        from forgepatch.wheels import check_pin
+    tree = base_tree(target, matrix, base) if base is not None else None
+    if tree is None:
+        tree = resolve_source(target.source, matrix)
+        if target.pin in matrix.pins and target.source == matrix.pins[target.pin].source:
+            from forgepatch.wheels import check_pin
 
-        check_pin(target.pin, matrix.pins[target.pin], tree)  # the wheel is the one the pin records
+            check_pin(target.pin, matrix.pins[target.pin], tree)  # the wheel is the one the pin records
     upstream = Upstream.of_source(tree)
     check_source_is_pin(target, upstream, tree.label)
     # other packages first: a missing package pin is bad input before any patching
@@ -169,6 +174,22 @@ def prepare(target: Target, matrix, patches_dir: Path, context_dir: Path | None 
         info = get(src.package_name, matrix)
         wanted.append(Wanted(info.name, info.dist, info.import_name, src.version))
     return Prepared(spec, doc, wanted)
+
+
+def base_tree(target: Target, matrix, base: BaseFacts):
+    """The complete package (``.py``, ``.so``, configs, data) of the wheel of the target's
+    PyPI pin that ``base`` installs (its CPython, machine and glibc), checked against the
+    digest the pin records for that wheel (``wheels.base_wheel``: BadInput, one line, when no
+    wheel of the pin fits the base or the bytes are another wheel). None: the target is not a
+    PyPI pin of the matrix (a git or directory source: its ``.py`` files, as before)."""
+    pin = matrix.pins.get(target.pin)
+    if pin is None or not pin.pypi or target.source != pin.source:
+        return None
+    from forgepatch.sources import wheel_package_tree
+    from forgepatch.wheels import base_wheel
+
+    _tag, wheel, sha = base_wheel(target.pin, pin, base.python, base.machine, base.glibc, target.base_image)
+    return wheel_package_tree(wheel, pin.pypi, sha)
 
 
 def package_tree(matrix, target: Target, series, name: str):
