@@ -1,0 +1,214 @@
+"""`build` overlays THE wheel of the pin that the base image installs: its CPython, machine and
+glibc pick the wheel among the pin's per-platform wheels (real SGLang 0.5.23: cp311/cp312 x
+x86_64/aarch64, each with compiled `.so` files), its bytes are checked against the digest the
+pin records for that tag, and its complete package (`.so`, configs, data) goes into the image
+with the series' patched `.py` files on top. The wheels' digests are computed here from bytes
+`pip download --python-version --platform` fetched, not by forgepatch."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import uuid
+import zipfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given, strategies as st
+
+from support.cli import assert_one_line_error, forgepatch
+
+ROOT = Path(__file__).resolve().parents[1]
+VERSION = "0.5.23"
+X86_311, X86_312 = "cp311-manylinux_2_34_x86_64", "cp312-manylinux_2_34_x86_64"
+ARM_311, ARM_312 = "cp311-manylinux_2_34_aarch64", "cp312-manylinux_2_34_aarch64"
+MATRIX = """\
+default_pin = "p23"
+
+[pins.p23]
+pypi = "{version}"
+[pins.p23.wheels]
+{wheels}
+
+[arches.sm120]
+patches = ["sm120-flashinfer-allreduce-fusion"]
+base_image = "{base}"
+profiles = ["ok"]
+
+[profiles.ok]
+kind = "command"
+command = "true"
+gpus = 0
+
+[smoke]
+image_repo = "{repo}"
+"""
+
+
+def env() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory) -> dict[str, Path]:
+    """tag -> a wheel of sglang 0.5.23 fetched by pip here (pip's own cache makes it cheap)."""
+    out = {}
+    for tag, python, platform in ((X86_311, "3.11", "manylinux_2_34_x86_64"), (X86_312, "3.12", "manylinux_2_34_x86_64"),
+                                  (ARM_311, "3.11", "manylinux_2_34_aarch64"), (ARM_312, "3.12", "manylinux_2_34_aarch64")):
+        into = tmp_path_factory.mktemp(tag)
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                        "--python-version", python, "--platform", platform, "-d", str(into), f"sglang=={VERSION}"],
+                       check=True, capture_output=True)
+        out[tag] = next(into.glob("sglang-*.whl"))
+    return out
+
+
+def write_matrix(directory: Path, wheels: dict[str, str], base: str, repo: str = "forgepatch-test/unused") -> Path:
+    table = "\n".join(f'{tag} = "{digest}"' for tag, digest in sorted(wheels.items()))
+    path = directory / "matrix.toml"
+    path.write_text(MATRIX.format(version=VERSION, wheels=table, base=base, repo=repo))
+    return path
+
+
+def digests(wheels: dict[str, Path]) -> dict[str, str]:
+    return {tag: sha(path.read_bytes()) for tag, path in wheels.items()}
+
+
+# -- the wheel a base installs ------------------------------------------------------------
+
+
+def test_the_pins_wheel_for_the_bases_python_and_machine_is_chosen_and_checked(wheels, tmp_path):
+    """Not this host's wheel: the one of the base's CPython and machine (an aarch64 3.12 base
+    takes the cp312 aarch64 wheel), its bytes checked against the pin's record for that tag."""
+    from forgepatch.config import load_matrix
+    from forgepatch.errors import BadInput
+    from forgepatch.wheels import base_wheel
+
+    pin = load_matrix(write_matrix(tmp_path, digests(wheels), "example.invalid/base")).pins["p23"]
+    for python, machine, want in (("3.12", "aarch64", ARM_312), ("3.11", "aarch64", ARM_311),
+                                  ("3.12", "x86_64", X86_312), ("3.11", "x86_64", X86_311)):
+        tag, wheel, digest = base_wheel("p23", pin, python, machine, "2.39", "b")
+        assert tag == want and digest == sha(wheels[want].read_bytes()) == sha(wheel.read_bytes())
+    with pytest.raises(BadInput) as exc:  # an older glibc than the wheels' manylinux_2_34
+        base_wheel("p23", pin, "3.12", "aarch64", "2.31", "old-glibc")
+    assert "base image old-glibc is cp312-aarch64 (glibc 2.31)" in str(exc.value) and ARM_312 in str(exc.value)
+
+    swapped = digests(wheels)  # the pin records the x86_64 wheel's digest for the aarch64 tag
+    swapped[ARM_312] = swapped[X86_312]
+    pin = load_matrix(write_matrix(tmp_path, swapped, "example.invalid/base")).pins["p23"]
+    with pytest.raises(BadInput) as exc:
+        base_wheel("p23", pin, "3.12", "aarch64", "2.39", "spark-base")
+    text = str(exc.value)
+    assert f"pins.p23.wheels.{ARM_312}" in text and swapped[X86_312] in text and sha(wheels[ARM_312].read_bytes()) in text
+
+
+TAGS = [X86_311, X86_312, ARM_311, ARM_312, "cp311-manylinux2014_x86_64", "cp312-musllinux_1_2_aarch64",
+        "py3-any", "cp310-manylinux_2_17_aarch64", "cp313-manylinux_2_28_x86_64", "cp311-linux_aarch64"]
+
+
+@given(tags=st.sets(st.sampled_from(TAGS)), python=st.sampled_from(["3.10", "3.11", "3.12", "3.13"]),
+       machine=st.sampled_from(["x86_64", "aarch64"]), glibc=st.sampled_from([None, "2.17", "2.31", "2.36", "2.39"]))
+def test_the_chosen_tag_is_one_the_base_can_install(tags, python, machine, glibc):
+    """Whatever the pin has, the choice is installable by the base (its CPython or pure, its
+    machine, a glibc it has; never musl), a CPython wheel beats a pure one, and nothing is
+    chosen only when no tag fits."""
+    from forgepatch.wheels import choose_tag
+
+    cp = "cp" + python.replace(".", "")
+    have = tuple(int(x) for x in glibc.split(".")) if glibc else None
+
+    def installable(tag: str) -> bool:
+        py, plat = tag.split("-", 1)
+        if py not in (cp, "py3"):
+            return False
+        if plat == "any":
+            return True
+        if not plat.endswith("_" + machine) or plat.startswith("musllinux") or have is None:
+            return False
+        stem = plat[: -len(machine) - 1]
+        need = {"manylinux2014": (2, 17), "linux": (0,)}.get(stem) or tuple(int(x) for x in stem.split("_")[1:3])
+        return have >= need
+
+    chosen = choose_tag(tags, python, machine, glibc)
+    fitting = {t for t in tags if installable(t)}
+    assert (chosen is None) == (not fitting)
+    if chosen is not None:
+        assert chosen in fitting
+        if any(t.startswith(cp + "-") for t in fitting):
+            assert chosen.startswith(cp + "-")
+
+
+# -- the image ----------------------------------------------------------------------------
+
+LIST = ("import hashlib, json, os\n"
+        "root = open('/opt/forgepatch/sglang-target').read().strip()\n"
+        "out = {}\n"
+        "for d, dirs, files in os.walk(root):\n"
+        "    dirs[:] = [x for x in dirs if x != '__pycache__']\n"
+        "    for f in files:\n"
+        "        p = os.path.join(d, f)\n"
+        "        out[os.path.relpath(p, root)] = hashlib.sha256(open(p, 'rb').read()).hexdigest()\n"
+        "print(json.dumps(out))\n")
+
+
+@pytest.mark.docker
+def test_the_image_carries_the_matching_wheels_complete_package_with_the_patches_on_top(
+        wheels, tmp_path, base_image, docker_client):
+    repo = f"forgepatch-test/wheel-{uuid.uuid4().hex[:8]}"
+    write_matrix(tmp_path, digests(wheels), base_image, repo)
+    try:
+        r = forgepatch("build", "--arch", "sm120", "--pin", "p23", "--context-dir", tmp_path / "ctx", "--json",
+                       cwd=tmp_path, env=env())
+        assert r.rc == 0, r.err
+        doc = r.json()
+        out = docker_client.containers.run(doc["image_id"], ["python3", "-c", LIST], network_mode="none", remove=True)
+        image = json.loads(out.decode())
+    finally:
+        for img in docker_client.api.images(name=repo):
+            docker_client.api.remove_image(img["Id"], force=True)
+    # the base is CPython 3.11 on x86_64: the cp311 x86_64 wheel, as the labels say
+    wheel = wheels[X86_311]
+    assert doc["labels"]["org.opencontainers.image.revision"] == sha(wheel.read_bytes())
+    with zipfile.ZipFile(wheel) as zf:
+        members = {i.filename[len("sglang/"):]: sha(zf.read(i)) for i in zf.infolist()
+                   if i.filename.startswith("sglang/") and not i.is_dir()}
+    assert set(image) == set(members)  # every file of the wheel's package, nothing else
+    so = sorted(rel for rel in members if rel.endswith(".so"))
+    assert so and all("cpython-311-x86_64" in rel for rel in so)
+    assert {rel: image[rel] for rel in so} == {rel: members[rel] for rel in so}  # the wheel's compiled bytes
+    non_py = [rel for rel in members if not rel.endswith(".py")]
+    assert all(image[rel] == members[rel] for rel in non_py)  # configs, kernels' sources, data: the wheel's
+
+    # the .py files: the series' output (`apply --out`), which differs from the wheel where it patched
+    a = forgepatch("apply", "--arch", "sm120", "--pin", "p23", "--out", tmp_path / "patched", cwd=tmp_path, env=env())
+    assert a.rc == 0, a.err
+    patched = tmp_path / "patched" / "sglang"
+    py = [rel for rel in members if rel.endswith(".py")]
+    assert all(image[rel] == sha((patched / rel).read_bytes()) for rel in py)
+    changed = [rel for rel in py if image[rel] != members[rel]]
+    assert changed  # the series changed files, and the image has them changed
+
+
+@pytest.mark.docker
+def test_a_base_no_wheel_of_the_pin_fits_is_refused_naming_both_tags(wheels, tmp_path, base_image, docker_client):
+    """The test base is CPython 3.11 on x86_64: a pin with only cp312 and aarch64 wheels has
+    none for it (exit 2, one line, before anything is built); the x86_64 3.11 tag carrying
+    another wheel's digest is refused with both digests."""
+    repo = f"forgepatch-test/wheel-none-{uuid.uuid4().hex[:8]}"
+    recorded = digests(wheels)
+    write_matrix(tmp_path, {t: d for t, d in recorded.items() if t != X86_311}, base_image, repo)
+    r = forgepatch("build", "--arch", "sm120", "--pin", "p23", "--context-dir", tmp_path / "ctx", cwd=tmp_path, env=env())
+    assert_one_line_error(r, 2, f"base image {base_image} is cp311-x86_64 (glibc ", "pin p23 (SGLang 0.5.23) has no wheel",
+                          f"{ARM_311}, {ARM_312}, {X86_312}")
+    swapped = dict(recorded, **{X86_311: recorded[X86_312]})
+    write_matrix(tmp_path, swapped, base_image, repo)
+    r = forgepatch("build", "--arch", "sm120", "--pin", "p23", "--context-dir", tmp_path / "ctx", cwd=tmp_path, env=env())
+    assert_one_line_error(r, 2, f"pins.p23.wheels.{X86_311}", recorded[X86_312], recorded[X86_311], "not the pinned wheel")
+    assert docker_client.api.images(name=repo) == []  # nothing was built
