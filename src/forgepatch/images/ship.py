@@ -114,6 +114,7 @@ def record(path: Path, result, audit: AuditSummary | None) -> Build:
         engine=labels.get(LABEL["engine"]), base_image=result.base_image, audit=audit,
         built_at=utctime.iso_seconds(),
         packages=[PackageBuild.of(p) for p in packages_of_labels(labels).values()],
+        platform=result.platform,
     )
     book.put(build)
     book.write(path)
