@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, strategies as st
 
+from images_support import remove_intermediates
 from support.cli import assert_one_line_error, forgepatch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -212,3 +213,136 @@ def test_a_base_no_wheel_of_the_pin_fits_is_refused_naming_both_tags(wheels, tmp
     r = forgepatch("build", "--arch", "sm120", "--pin", "p23", "--context-dir", tmp_path / "ctx", cwd=tmp_path, env=env())
     assert_one_line_error(r, 2, f"pins.p23.wheels.{X86_311}", recorded[X86_312], recorded[X86_311], "not the pinned wheel")
     assert docker_client.api.images(name=repo) == []  # nothing was built
+
+
+# -- --platform linux/arm64 ---------------------------------------------------------------
+# No arm64 root file system can be had offline here and the engine has no emulation (binfmt),
+# so the arm64 base is a STAND-IN: an image whose config says linux/arm64 and whose files are
+# what an Ubuntu arm64 image with CPython 3.12 and SGLang installed has where the facts reader
+# looks (python3 -> python3.12 on PATH, libc.so.6 of glibc 2.39, a dist-info). Nothing in it runs.
+
+
+def _tar(files: dict[str, bytes | str]) -> bytes:
+    """A layer: str values are symlink targets, bytes are file contents."""
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name in sorted({"/".join(n.split("/")[:i]) for n in files for i in range(1, n.count("/") + 1)}):
+            if name not in files:
+                info = tarfile.TarInfo(name)
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                tar.addfile(info)
+        for name, value in sorted(files.items()):
+            info = tarfile.TarInfo(name)
+            if isinstance(value, str):
+                info.type, info.linkname = tarfile.SYMTYPE, value
+                tar.addfile(info)
+            else:
+                info.size, info.mode = len(value), 0o755
+                tar.addfile(info, io.BytesIO(value))
+    return buf.getvalue()
+
+
+def load_image(client, tag: str, files: dict[str, bytes | str], architecture: str) -> str:
+    """``docker load`` a one-layer image of ``files`` whose config says linux/``architecture``."""
+    import io
+    import tarfile
+
+    layer = _tar(files)
+    config = json.dumps({"architecture": architecture, "os": "linux", "config": {"Env": [
+        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]},
+        "rootfs": {"type": "layers", "diff_ids": ["sha256:" + sha(layer)]}}).encode()
+    manifest = json.dumps([{"Config": "config.json", "RepoTags": [tag], "Layers": ["layer/layer.tar"]}]).encode()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in (("config.json", config), ("layer/layer.tar", layer), ("manifest.json", manifest)):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    client.api.load_image(buf.getvalue())
+    return client.api.inspect_image(tag)["Id"]
+
+
+def arm64_files(sglang: str) -> dict[str, bytes | str]:
+    site = "usr/local/lib/python3.12/dist-packages"
+    return {"bin": "usr/bin", "usr/bin/python3": "python3.12", "usr/bin/python3.12": b"\x7fELF (not run)",
+            "usr/lib/aarch64-linux-gnu/libc.so.6": b"\x7fELF...GNU C Library (Ubuntu GLIBC 2.39-0ubuntu8.4) stable "
+                                                   b"release version 2.39.\nCopyright",
+            f"{site}/sglang-{sglang}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: sglang\nVersion: {sglang}\n".encode(),
+            f"{site}/sglang/__init__.py": b"", "usr/lib/python3/dist-packages/pip/__init__.py": b""}
+
+
+@pytest.fixture
+def arm64_base(docker_client):
+    made = []
+
+    def make(sglang: str) -> str:
+        tag = f"forgepatch-test/arm64-stand-in:{uuid.uuid4().hex[:8]}"
+        made.append(load_image(docker_client, tag, arm64_files(sglang), "arm64"))
+        return tag
+
+    yield make
+    for image_id in made:
+        docker_client.api.remove_image(image_id, force=True)
+
+
+@pytest.mark.docker
+def test_base_facts_read_from_files_agree_with_python_run_in_the_base(base_image, docker_client):
+    """The reader used for a base of another platform, on the real test base (x86_64, where
+    its python3 can run): the same facts as importlib in a container of it."""
+    from forgepatch.images.base_facts import SCRIPT, BaseFacts, read_files
+
+    probe = [["sglang", "sglang", "sglang"], ["pip", "pip", "pip"], ["setuptools", "setuptools", "setuptools"],
+             ["wheel", "wheel", "wheel"]]
+    api = docker_client.api
+    image_id = api.inspect_image(base_image)["Id"]
+    from_files = read_files(api, base_image, image_id, "x86_64", probe)
+    ran = docker_client.containers.run(image_id, ["python3", "-c", SCRIPT, json.dumps(probe)], entrypoint=[],
+                                       network_mode="none", remove=True)
+    assert from_files == BaseFacts.from_json(json.loads(ran.decode().splitlines()[-1]))
+    assert from_files.packages["pip"].version and from_files.glibc and from_files.python.startswith("3.")
+
+
+@pytest.mark.docker
+def test_build_for_arm64_takes_the_aarch64_wheel_and_reaches_the_engine_for_that_platform(
+        wheels, tmp_path, base_image, docker_client, arm64_base):
+    from forgepatch.images.base_facts import read_base
+
+    spark = arm64_base("0.5.23")
+    api = docker_client.api
+    facts = read_base(api, spark, api.inspect_image(spark)["Id"])  # nothing of it runs here
+    assert (facts.python, facts.machine, facts.glibc, facts.sglang) == ("3.12", "aarch64", "2.39", "0.5.23")
+
+    repo = f"forgepatch-test/wheel-arm-{uuid.uuid4().hex[:8]}"
+    write_matrix(tmp_path, digests(wheels), spark, repo)
+    bad = forgepatch("build", "--arch", "sm121", "--pin", "p23", "--platform", "linux/sparc", cwd=tmp_path, env=env())
+    assert_one_line_error(bad, 2, "--platform: 'linux/sparc'", "linux/amd64, linux/arm64")
+    other = forgepatch("build", "--arch", "sm120", "--pin", "p23", "--platform", "linux/amd64", cwd=tmp_path, env=env())
+    assert_one_line_error(other, 2, f"base image {spark} is linux/arm64, --platform is linux/amd64")
+    x86 = forgepatch("build", "--arch", "sm120", "--pin", "p23", "--platform", "linux/arm64", "--base-image", base_image,
+                     cwd=tmp_path, env=env())
+    assert_one_line_error(x86, 2, f"base image {base_image} is linux/amd64, --platform is linux/arm64")
+
+    r = forgepatch("build", "--arch", "sm120", "--pin", "p23", "--platform", "linux/arm64", "--context-dir",
+                   tmp_path / "ctx", cwd=tmp_path, env=env())
+    log = (tmp_path / "ctx.log").read_text() if (tmp_path / "ctx.log").exists() else ""
+    remove_intermediates(docker_client, log, keep=spark)  # the failed build's step images
+    # the context carries the cp312 aarch64 wheel's complete package: its .so bytes
+    import tarfile
+
+    with tarfile.open(tmp_path / "ctx" / "upstream" / "sglang.tar.gz") as tar:
+        packed = {m.name[len("sglang/"):]: sha(tar.extractfile(m).read()) for m in tar if m.isfile()}
+    with zipfile.ZipFile(wheels[ARM_312]) as zf:
+        members = {i.filename[len("sglang/"):]: sha(zf.read(i)) for i in zf.infolist()
+                   if i.filename.startswith("sglang/") and not i.is_dir()}
+    so = [rel for rel in members if rel.endswith(".so")]
+    assert so and all("cpython-312-aarch64" in rel for rel in so)
+    assert packed == members
+    # the engine built FROM the arm64 base for linux/arm64 and stopped at the first RUN: the
+    # stand-in has no shell, and this engine cannot run arm64 code (no binfmt emulation)
+    assert r.rc == 1 and "Traceback" not in r.err, r.err
+    assert "image build for sm120 failed at step" in r.err and "RUN" in r.err, r.err
+    assert f"---> {api.inspect_image(spark)['Id'][7:19]}" in log.split("FROM", 1)[1].split("Step 3/", 1)[0]
+    assert api.images(name=repo) == []
