@@ -59,9 +59,12 @@ def build(
     from forgepatch import progress as shown  # terminal only, never with --json
     from forgepatch.images.base_facts import check_base, read_base
 
+    from forgepatch.images.platforms import engine_platform, image_platform
+
     base = read_base(api, target.base_image, base_id)  # its Python, machine, glibc: which wheel it takes
+    foreign = image_platform(api.inspect_image(base_id)) != engine_platform(api)  # nothing of it can run here
     with shown.task(f"patching {target.source} for {target.arch.name} and assembling the context"):
-        prepared = prepare(target, matrix, STATE.patches(), context_dir, base=base)
+        prepared = prepare(target, matrix, STATE.patches(), context_dir, base=base, copy_only=foreign)
 
     # the base's own copy of each package must be the release the image carries (another one -> exit 2)
     check_base(api, target.base_image, base_id, target.pin, prepared.packages)

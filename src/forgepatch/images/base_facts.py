@@ -50,6 +50,7 @@ class BaseFacts:
     sglang: str | None  # None: SGLang is not installed in the base
     packages: dict[str, InstalledPackage] = field(default_factory=dict)  # name -> what the base has
     glibc: str | None = None  # the C library's version (2.36); None: not glibc, or not known
+    site: str | None = None  # read from files only: the first site directory python3 searches
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -57,7 +58,7 @@ class BaseFacts:
     @classmethod
     def from_json(cls, doc: dict) -> "BaseFacts":
         pkgs = {k: InstalledPackage(**v) for k, v in (doc.get("packages") or {}).items()}
-        return cls(doc["python"], doc["machine"], doc.get("sglang"), pkgs, doc.get("glibc"))
+        return cls(doc["python"], doc["machine"], doc.get("sglang"), pkgs, doc.get("glibc"), doc.get("site"))
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ def read_base(api, ref: str, image_id: str, python: str = "python3",
 
     probe = [["sglang", "sglang", "sglang"]] + [[w.name, w.dist, w.import_name] for w in packages if w.name != "sglang"]
     arg = json.dumps(probe, sort_keys=True)
-    key = hashlib.sha256((SCRIPT + arg).encode()).hexdigest()[:12]  # another probe: another record
+    key = hashlib.sha256((SCRIPT + FILES_READER + arg).encode()).hexdigest()[:12]  # another probe: another record
     memo = cache_dir("base-facts") / f"{image_id.replace(':', '-')}.{key}.json"
     try:
         return BaseFacts.from_json(json.loads(memo.read_text()))
@@ -136,6 +137,7 @@ def _same_version(ref: str, pin: str, want: Wanted, have: str) -> None:
 
 
 # -- a base of another platform: read from its files, nothing run ---------------------------
+FILES_READER = "files/2"  # the reader's version: part of the facts' cache key
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _PYTHON = re.compile(r"(?:^|/)python3(?:\.\d+)?$")
 _METADATA = re.compile(r"^(.*/(?:site|dist)-packages)/[^/]+(?:\.dist-info/METADATA|\.egg-info/PKG-INFO|\.egg-info)$")
@@ -155,12 +157,15 @@ class _Tree:
     def __init__(self) -> None:
         self.links: dict[str, str] = {}  # path -> link target (as written)
         self.files: dict[str, bytes | None] = {}  # the paths of interest -> content (None: not read)
+        self.sites: set[str] = set()  # directories named site-packages / dist-packages
 
     def take(self, tar) -> None:
         for member in tar:
             name = member.name.lstrip("./").rstrip("/")
             if member.issym():
                 self.links[name] = member.linkname
+            elif member.isdir() and name.endswith(("/site-packages", "/dist-packages")):
+                self.sites.add(name)
             elif member.isfile() and (_PYTHON.search(name) or _INIT.match(name) or name.endswith("pyvenv.cfg")):
                 self.files[name] = None
             elif member.isfile() and (_METADATA.match(name) or _LIBC.match(name)) and member.size <= MAX_READ:
@@ -253,8 +258,9 @@ def facts_from_files(tree: _Tree, env_path: str, machine: str, packages) -> Base
                 glibc = found if isinstance(found, str) else found.decode()
                 break
     pkgs = {n: {"version": ver(d), "dir": where(i)} for n, d, i in packages}
+    site = next(("/" + s for s in sites if s in tree.sites), None)
     return BaseFacts.from_json({"python": version, "machine": machine, "glibc": glibc, "sglang": ver("sglang"),
-                                "packages": pkgs})
+                                "packages": pkgs, "site": site})
 
 
 def read_files(api, ref: str, image_id: str, machine: str, probe) -> BaseFacts:
