@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 from hypothesis import given, strategies as st
 
-from images_support import remove_intermediates
 from support.cli import assert_one_line_error, forgepatch
 
 ROOT = Path(__file__).resolve().parents[1]
