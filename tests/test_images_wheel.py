@@ -109,6 +109,24 @@ def test_the_pins_wheel_for_the_bases_python_and_machine_is_chosen_and_checked(w
     assert f"pins.p23.wheels.{ARM_312}" in text and swapped[X86_312] in text and sha(wheels[ARM_312].read_bytes()) in text
 
 
+def test_an_image_of_any_wheel_of_the_pin_is_the_pins_code(wheels, tmp_path):
+    """The pin's sha256 is the wheel of the host that recorded it; an image built on an ARM64
+    base carries the aarch64 wheel's digest as its upstream revision, and release/smoke hold it
+    to the pin through ``Upstream.of_pin``: every wheel the pin records is the pin's code, a
+    wheel it does not record is not."""
+    from forgepatch.combination import Upstream
+    from forgepatch.config import load_matrix
+
+    recorded = digests(wheels)
+    path = write_matrix(tmp_path, recorded, "example.invalid/base")
+    path.write_text(path.read_text().replace('pypi = "0.5.23"\n', f'pypi = "0.5.23"\nsha256 = "{recorded[X86_311]}"\n', 1))
+    want = Upstream.of_pin(load_matrix(path).pins["p23"])
+    for tag in (ARM_312, X86_311, X86_312):
+        assert Upstream("pypi", VERSION, recorded[tag]).mismatch(want) is None
+    assert Upstream("pypi", VERSION, "0" * 64).mismatch(want) == "a different wheel of that version"
+    assert Upstream("pypi", "0.5.22", recorded[ARM_312]).mismatch(want) == "a different version"
+
+
 TAGS = [X86_311, X86_312, ARM_311, ARM_312, "cp311-manylinux2014_x86_64", "cp312-musllinux_1_2_aarch64",
         "py3-any", "cp310-manylinux_2_17_aarch64", "cp313-manylinux_2_28_x86_64", "cp311-linux_aarch64"]
 

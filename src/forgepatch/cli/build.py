@@ -37,7 +37,6 @@ def build(
 
     if platform is not None:
         platform = check_platform(platform)
-
     matrix = STATE.matrix()
     target = resolve_target(matrix, arch, pin=pin, source=source, base_image=base_image)
     audit = audit or matrix.arch(target.arch.name).audit
@@ -58,7 +57,6 @@ def build(
         err.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
     from forgepatch import progress as shown  # terminal only, never with --json
     from forgepatch.images.base_facts import check_base, read_base
-
     from forgepatch.images.platforms import engine_platform, image_platform
 
     base = read_base(api, target.base_image, base_id)  # its Python, machine, glibc: which wheel it takes
