@@ -17,7 +17,7 @@ from typing import Iterable
 from forgepatch.errors import BadInput
 
 # argv[1]: JSON [[name, distribution, import name], ...]; one JSON line out
-SCRIPT = ("import json, os, platform, sys\n"
+SCRIPT = ("import json, os, platform, site, sys, sysconfig\n"
           "import importlib.util\n"
           "from importlib.metadata import version\n"
           "def ver(dist):\n"
@@ -32,9 +32,11 @@ SCRIPT = ("import json, os, platform, sys\n"
           "    locs = list(s.submodule_search_locations or [])\n"
           "    return os.path.realpath(locs[0]) if locs else None\n"
           "pkgs = {n: {'version': ver(d), 'dir': where(i)} for n, d, i in json.loads(sys.argv[1])}\n"
+          "sites = [sysconfig.get_paths()['purelib']] + list(site.getsitepackages())\n"
+          "first = next((os.path.realpath(p) for p in sites if p in sys.path and os.path.isdir(p)), None)\n"
           "print(json.dumps({'python': '%d.%d' % sys.version_info[:2], 'machine': platform.machine(),\n"
           "                  'glibc': platform.libc_ver()[1] if platform.libc_ver()[0] == 'glibc' else None,\n"
-          "                  'sglang': ver('sglang'), 'packages': pkgs}))\n")
+          "                  'sglang': ver('sglang'), 'packages': pkgs, 'site': first}))\n")
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,7 @@ class BaseFacts:
     sglang: str | None  # None: SGLang is not installed in the base
     packages: dict[str, InstalledPackage] = field(default_factory=dict)  # name -> what the base has
     glibc: str | None = None  # the C library's version (2.36); None: not glibc, or not known
-    site: str | None = None  # read from files only: the first site directory python3 searches
+    site: str | None = None  # the site directory packages are installed to (the first one on sys.path)
 
     def to_json(self) -> dict:
         return asdict(self)
