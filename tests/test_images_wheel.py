@@ -343,7 +343,7 @@ def test_build_for_arm64_takes_the_aarch64_wheel_and_reaches_the_engine_for_that
     assert_one_line_error(x86, 2, f"base image {base_image} is linux/amd64, --platform is linux/arm64")
 
     r = forgepatch("build", "--arch", "sm120", "--pin", "p23", "--platform", "linux/arm64", "--context-dir",
-                   tmp_path / "ctx", "--json", cwd=tmp_path, env=env())
+                   tmp_path / "ctx", "--record", tmp_path / "builds.json", "--json", cwd=tmp_path, env=env())
     log = (tmp_path / "ctx.log").read_text() if (tmp_path / "ctx.log").exists() else ""
     assert r.rc == 0, r.err
     doc = r.json()
@@ -361,6 +361,7 @@ def test_build_for_arm64_takes_the_aarch64_wheel_and_reaches_the_engine_for_that
         for img in api.images(name=repo):
             api.remove_image(img["Id"], force=True)
     assert (inspect["Os"], inspect["Architecture"]) == ("linux", "arm64") and doc["platform"] == "linux/arm64"
+    assert json.loads((tmp_path / "builds.json").read_text())["builds"][0]["platform"] == "linux/arm64"
     assert doc["labels"]["org.opencontainers.image.revision"] == sha(wheels[ARM_312].read_bytes())
     assert doc["steps"] and not any(s["instruction"].startswith("RUN") for s in doc["steps"])
     # the context carries the cp312 aarch64 wheel's complete package: its .so bytes
