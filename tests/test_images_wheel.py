@@ -388,3 +388,28 @@ def test_build_for_arm64_takes_the_aarch64_wheel_and_reaches_the_engine_for_that
     assert all(got[rel] == (changed[rel] if rel in changed else members[rel]) for rel in members)
     assert all(changed[rel] != members[rel] for rel in changed)
     assert b"/opt/forgepatch/inimage/python" in pth
+
+
+@pytest.mark.docker
+def test_bake_for_arm64_reads_the_local_base_and_names_the_platform(wheels, tmp_path, base_image, arm64_base):
+    """bake --platform: every target gets `platforms`; a base of the engine is read as build
+    reads it (its wheel), one of the other platform is refused, one the engine lacks is said."""
+    from forgepatch.images.bake import validate
+
+    spark = arm64_base("0.5.23")
+    write_matrix(tmp_path, digests(wheels), spark)
+    r = forgepatch("bake", "--platform", "linux/arm64/v8", "--out", tmp_path / "bake.json", "--arch", "sm120",
+                   cwd=tmp_path, env=env())
+    assert r.rc == 0 and "warning" not in r.err, r.err
+    doc = json.loads((tmp_path / "bake.json").read_text())
+    (target,) = doc["target"].values()
+    assert target["platforms"] == ["linux/arm64"] and validate(doc, tmp_path) == []
+    assert target["labels"]["org.opencontainers.image.revision"] == sha(wheels[ARM_312].read_bytes())
+
+    write_matrix(tmp_path, digests(wheels), base_image)
+    other = forgepatch("bake", "--platform", "linux/arm64", "--out", tmp_path / "b2.json", "--arch", "sm120",
+                       cwd=tmp_path, env=env())
+    assert_one_line_error(other, 2, f"base image {base_image} is linux/amd64, --platform is linux/arm64")
+    write_matrix(tmp_path, digests(wheels), "example.invalid/not-here:1")
+    gone = forgepatch("bake", "--out", tmp_path / "b3.json", "--arch", "sm120", cwd=tmp_path, env=env())
+    assert gone.rc == 0 and "base image example.invalid/not-here:1 is not in the local Docker engine" in gone.err
