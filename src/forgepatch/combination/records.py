@@ -100,6 +100,7 @@ class Build(BaseModel):
     audit: AuditSummary | None = None
     built_at: str | None = None
     packages: list[PackageBuild] = Field(default_factory=list)  # every package (empty: a record from before)
+    platform: str | None = None  # linux/amd64, linux/arm64 (None: a record from before platforms)
 
     def package_ids(self) -> dict[str, PackageIdentity]:
         """Every package of the build (name -> identity); a record written before packages

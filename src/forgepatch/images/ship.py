@@ -75,9 +75,12 @@ def registry_hit(api, spec):
     if labels.get(LABEL["context_hash"]) != spec.content_hash or labels.get(LABEL["base_image_id"]) != base_id:
         return None
     seconds = time.perf_counter() - started
+    from forgepatch.images.platforms import image_platform
+
     return BuildResult(found.image_id, [spec.tag, spec.moving_tag], spec.content_hash, True, seconds, spec.arch.name,
                        spec.pin, spec.base_image, labels, [], None, spec.context.root, digest=found.digest_ref,
-                       uploaded=False, push_seconds=seconds, registry_hit=True)
+                       uploaded=False, push_seconds=seconds, registry_hit=True,
+                       platform=image_platform(api.inspect_image(base_id)))  # built FROM that base: its platform
 
 
 def fetch(api, result, on_event: Event | None = None) -> None:
@@ -114,6 +117,7 @@ def record(path: Path, result, audit: AuditSummary | None) -> Build:
         engine=labels.get(LABEL["engine"]), base_image=result.base_image, audit=audit,
         built_at=utctime.iso_seconds(),
         packages=[PackageBuild.of(p) for p in packages_of_labels(labels).values()],
+        platform=result.platform,
     )
     book.put(build)
     book.write(path)
