@@ -236,6 +236,6 @@ def _judge_profile(prof: str, mine, image: ev.ImageFacts, patchset: str) -> tupl
         return Reason("failing-profile", f"profile {prof} {'failed' if j.status == 'fail' else j.status}: {what}"
                       f"{f' [{j.signature}]' if j.signature else ''}{where} (job {j.id}, {f.path})", prof), {}
     record = {"status": "pass", "job": j.id, "finished_at": j.finished_at, "image_id": j.image_id,
-              "image_digest": j.image_digest, "audit": j.audit, "patchset": j.patchset, "results": f.sha256,
+              "image_digest": j.image_digest, "audit": j.audit.model_dump(mode="json") if j.audit else None, "patchset": j.patchset, "results": f.sha256,
               "toolchain": j.toolchain.model_dump(mode="json") if j.toolchain else None}
     return None, record
