@@ -106,6 +106,7 @@ def judge(spec: JobSpec, out: RunOutcome, runner: str = "") -> JobResult:
     doc = extract_json(out.stdout) if spec.kind == "probe" else None
     t = with_probe_verdict(out.triage, doc)
     found = (doc or {}).get("toolchain") or t.toolchain
+    imported = (doc or {}).get("imported") or t.imported
     labels = out.image_labels
     res = JobResult(
         id=spec.id, arch=spec.arch, pin=spec.pin, profile=spec.profile, kind=spec.kind, status="fail",
@@ -118,6 +119,7 @@ def judge(spec: JobSpec, out: RunOutcome, runner: str = "") -> JobResult:
         upstream=labels.get(LABEL["upstream"]), engine=labels.get(LABEL["engine"]),
         packages=labels.get(LABEL["packages"]),
         toolchain=Toolchain.model_validate(found) if isinstance(found, dict) else None,
+        imported=imported if isinstance(imported, dict) else None,
         finished_at=utctime.iso(),
     )
     seen = {p[0] for p in t.phases}
