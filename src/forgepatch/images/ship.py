@@ -49,8 +49,17 @@ def audit(api, result, arch, strict: bool = False, on_event: Event | None = None
 
 def audit_failure(summary: AuditSummary, ref: str) -> Failure:
     n = len(summary.failing)
-    return Failure(f"kernel audit of {ref}: {n} CUDA librar{'y has' if n == 1 else 'ies have'} no code for "
-                   f"{summary.arch}: {', '.join(summary.failing[:5])}{' ...' if n > 5 else ''} "
+    what = []
+    if n:
+        what.append(f"{n} CUDA librar{'y has' if n == 1 else 'ies have'} no code for "
+                    f"{summary.arch}: {', '.join(summary.failing[:5])}{' ...' if n > 5 else ''}")
+    if summary.jit is not None and (summary.jit.unverified or (summary.strict and summary.jit.rejecting)):
+        named = summary.jit.unverified or summary.jit.rejecting
+        what.append(f"{summary.jit.package} JIT lists {summary.jit.status} for {summary.arch}: {', '.join(named[:3])}"
+                    f"{' ...' if len(named) > 3 else ''}")
+    if not what and summary.jit is not None:  # found twice, or installed but not read where it is
+        what.append(f"{summary.jit.package} JIT lists {summary.jit.status} (not read where python3 imports it)")
+    return Failure(f"kernel audit of {ref}: {'; '.join(what)} "
                    f"(`forgepatch audit --arch {summary.arch} --image {ref}` lists what they have); not pushed")
 
 

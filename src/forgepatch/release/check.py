@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from forgepatch.combination import LABEL, Trailer, Upstream, branch_name, packages_problems, release_identity
-from forgepatch.combination.results import JobResult, Toolchain
+from forgepatch.combination.results import JobResult, Toolchain, imported_problems
 from forgepatch.errors import BadInput
 from forgepatch.release import evidence as ev
 
@@ -235,7 +235,10 @@ def _judge_profile(prof: str, mine, image: ev.ImageFacts, patchset: str) -> tupl
         where = f" in {j.failing_phase}" if j.failing_phase else ""
         return Reason("failing-profile", f"profile {prof} {'failed' if j.status == 'fail' else j.status}: {what}"
                       f"{f' [{j.signature}]' if j.signature else ''}{where} (job {j.id}, {f.path})", prof), {}
+    if problems := imported_problems(image.labels, j.imported):
+        return Reason("imported-packages", f"smoke results for {prof} (job {j.id}, {f.path}) ran with other packages "
+                      f"than image {image.ref or image.id[:19]} carries: {'; '.join(problems)}", prof), {}
     record = {"status": "pass", "job": j.id, "finished_at": j.finished_at, "image_id": j.image_id,
-              "image_digest": j.image_digest, "audit": j.audit, "patchset": j.patchset, "results": f.sha256,
+              "image_digest": j.image_digest, "audit": j.audit.model_dump(mode="json") if j.audit else None, "patchset": j.patchset, "results": f.sha256,
               "toolchain": j.toolchain.model_dump(mode="json") if j.toolchain else None}
     return None, record
