@@ -226,24 +226,8 @@ def base_tree(target: Target, matrix, base: BaseFacts):
 
 
 def package_tree(matrix, target: Target, series, name: str):
-    """The pin's version of package ``name`` (``[pins.PIN.packages.NAME]``), resolved and held
-    to the wheel digest the pin records. BadInput when the pin names none: the image would
-    carry the base's (or no) copy without the series' patches to it."""
-    from forgepatch.packages import get
-    from forgepatch.sources import resolve_source
+    """The pin's version of package ``name``, held to the wheel digest the pin records
+    (:func:`forgepatch.patching.series.pin_package_tree`, the one reader of package pins)."""
+    from forgepatch.patching.series import pin_package_tree
 
-    pin = matrix.pins.get(target.pin)
-    pkg_pin = pin.packages.get(name) if pin is not None else None
-    patch = next(p.id for p in series.patches if p.package == name)
-    if pkg_pin is None:
-        raise BadInput(f"build: the {series.arch.name} series patches {name} (patch {patch}), and pin "
-                       f"{target.pin!r} names no version of it: add [pins.\"{target.pin}\".packages.{name}] "
-                       f"pypi = \"VERSION\" to matrix.toml")
-    info = get(name, matrix)
-    src = resolve_source(pkg_pin.source(info.dist, info.repo), matrix)
-    if src.package_name != name:
-        raise BadInput(f"pins.{target.pin}.packages.{name}: its source {src.label} holds {src.package_name}, not {name}")
-    if pkg_pin.sha256 and src.revision != pkg_pin.sha256:
-        raise BadInput(f"pins.{target.pin}.packages.{name}: the wheel of {src.label} has sha256 "
-                       f"{str(src.revision)[:12]}, the pin records {pkg_pin.sha256[:12]}")
-    return src
+    return pin_package_tree(matrix, target.pin, series, name, "build")
