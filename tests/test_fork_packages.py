@@ -155,3 +155,38 @@ def test_a_pin_naming_flashinfer_by_pypi_release_is_refused_before_anything_runs
     assert ("fork: the sm120 series patches flashinfer too (patch fi-jit-majors); its fork branch is made in a git "
             "checkout of flashinfer at the pin's revision of it, and pin 'p23' names it by its PyPI release 0.6.1") in lines[0]
     assert git(sg, "branch", "--list", "forgepatch/*") == "" and git(fi, "branch", "--list", "forgepatch/*") == ""
+
+
+def drift(capsys, proj, repo, *args):
+    rc, out, err = run_inprocess(capsys, "--config", proj / "matrix.toml", "--patches", proj / "patches", "drift",
+                                 "--arch", "sm120", "--repo", repo, "--json", *args)
+    return rc, (json.loads(out) if out.strip() else None), err
+
+
+@pytest.mark.parametrize("memo", [True, False])
+def test_drift_runs_the_flashinfer_part_over_a_flashinfer_checkout(capsys, project, fi_upstream, memo):
+    """`drift --package flashinfer --repo FI`: the flashinfer part of the series at every revision
+    of the FlashInfer checkout — applies on 0.6.1, absorbed upstream on 0.7.2, drift where the
+    builder was renamed (exit 1, named) — and no sglang patch is run there."""
+    proj, _, _ = project
+    upstream, _, _, moved = fi_upstream
+    extra = () if memo else ("--no-cache",)
+    rc, doc, err = drift(capsys, proj, upstream, "--package", "flashinfer", "--revs", f"v0.6.1,v0.7.2,{moved}", *extra)
+    assert rc == 1, err
+    assert doc["patches"] == ["fi-jit-majors", "fi-moe-launcher"]
+    by_rev = {r["rev"]: {p["patch"]: p["status"] for p in r["patches"]} for r in doc["revs"]}
+    assert by_rev["v0.6.1"] == {"fi-jit-majors": "applied", "fi-moe-launcher": "applied"}
+    assert by_rev["v0.7.2"] == {"fi-jit-majors": "absorbed-upstream", "fi-moe-launcher": "absorbed-upstream"}
+    assert by_rev[moved]["fi-jit-majors"] == "drift"
+    # the sglang part is not the flashinfer repository's: an sglang drift scan of it says so
+    rc, _, err = drift(capsys, proj, upstream, "--revs", "v0.6.1", *extra)
+    assert rc == 2 and "no sglang package" in err.lower() or "python/sglang" in err, err
+
+
+def test_drift_package_bad_input(capsys, project, fi_upstream):
+    proj, _, _ = project
+    upstream = fi_upstream[0]
+    rc, _, err = drift(capsys, proj, upstream, "--package", "torch", "--revs", "v0.6.1")
+    assert rc == 2 and "--package: unknown package 'torch'" in err, err
+    rc, _, err = drift(capsys, proj, upstream, "--package", "flashinfer", "--revs", "v0.6.1", "--gates")
+    assert rc == 2 and "--gates" in err and "gates --package flashinfer" in err, err

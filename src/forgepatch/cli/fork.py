@@ -206,6 +206,7 @@ def drift_cmd(
     markdown: bool = typer.Option(False, "--markdown", help="Print the report as Markdown (for a PR comment)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the drift cache."),
     gates: bool = typer.Option(False, "--gates", help="Also report arch gates of the patched features whose arch set changed between revisions (exit 1)."),
+    package: str = typer.Option("sglang", "--package", help="Whose part of the series runs: sglang, or another package of matrix.toml (e.g. flashinfer) with --repo its checkout."),
 ) -> None:
     """Health of every patch of ARCH at many revisions, read from git objects."""
     from forgepatch.errors import BadInput
@@ -219,12 +220,14 @@ def drift_cmd(
 
     matrix = STATE.matrix()
     if no_cache:
-        report = scan(repo, arch, matrix, STATE.patches(), rev_list, since, every, until, cache=None, gates=gates)
+        report = scan(repo, arch, matrix, STATE.patches(), rev_list, since, every, until, cache=None, gates=gates,
+                      package=package)
     else:
         from forgepatch.fork.blobcache import BlobCache
 
         with BlobCache() as cache:
-            report = scan(repo, arch, matrix, STATE.patches(), rev_list, since, every, until, cache=cache, gates=gates)
+            report = scan(repo, arch, matrix, STATE.patches(), rev_list, since, every, until, cache=cache, gates=gates,
+                          package=package)
     if json_out:
         print_json(report.to_json())
     elif markdown:

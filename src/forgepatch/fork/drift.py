@@ -164,22 +164,35 @@ def scan(
     cache=None,
     tree_memo: bool = True,
     gates: bool = False,
+    package: str = "sglang",
 ) -> DriftReport:
     """Run the arch's patch series on the package at every selected revision; with
-    ``gates``, also the arch gates of the patches' features that changed between revisions."""
+    ``gates``, also the arch gates of the patches' features that changed between revisions.
+
+    ``package``: whose part of the series runs, on that package's directory of ``repo_path``
+    (``[packages.NAME] package_dir``; a FlashInfer checkout for ``flashinfer``)."""
     from forgepatch.arch import get_arch
+    from forgepatch.packages import get, names
 
     arch = get_arch(arch_name)
+    info = get(package, matrix)
+    if info is None:
+        raise BadInput(f"--package: unknown package {package!r} (known: {', '.join(names(matrix))})")
+    if gates and package != "sglang":
+        raise BadInput(f"--gates inventories SGLang's arch gates; for {package}'s arch lists run "
+                       f"`forgepatch gates --package {package} --arch {arch.name}` on a revision")
     ids = list(matrix.arch(arch.name).patches)
+    engine = _Engine(matrix, patches_dir, arch, package) if package != "sglang" else None
+    if engine is not None:
+        ids = [p.id for p in engine.series.patches]  # the package's part: what this repository can hold
     with GitRepo(repo_path) as repo:
         picked = select_revs(repo, revs, since, every, until)
-        trees = [(rev, sha, repo.tree(sha, matrix.upstream.package_dir)) for rev, sha in picked]
+        trees = [(rev, sha, _tree(repo, sha, info.package_dir, package)) for rev, sha in picked]
         memo_base = None
         if cache is not None and tree_memo:
             memo_base = hashlib.sha256(
-                f"{arch.name}\0{patch_files_digest(patches_dir, ids)}\0{engine_digest()}".encode()
+                f"{arch.name}\0{package}\0{patch_files_digest(patches_dir, ids)}\0{engine_digest()}".encode()
             ).hexdigest()
-        engine = None
         steps = []  # (label, tree, version) for the gate inventories
         report = DriftReport(arch.name, ids, "")
         stats = {"revs": len(trees), "tree_memo_hits": 0, "engine_runs": 0}
@@ -194,7 +207,7 @@ def scan(
                 stats["tree_memo_hits"] += 1
             else:
                 if engine is None:
-                    engine = _Engine(matrix, patches_dir, arch)
+                    engine = _Engine(matrix, patches_dir, arch, package)
                 result = engine.run(tree, version, cache)
                 stats["engine_runs"] += 1
                 doc = {"patchset": result.patchset_hash or engine.patchset,
@@ -230,20 +243,28 @@ def gate_steps(steps, patches_dir: Path, ids: list[str], cache) -> list:
 class _Engine:
     """Lazily loaded patch engine (libcst) for revisions the tree memo cannot answer."""
 
-    def __init__(self, matrix, patches_dir: Path, arch):
-        from forgepatch.patching.series import load_series, run_series
+    def __init__(self, matrix, patches_dir: Path, arch, package: str = "sglang"):
+        from forgepatch.patching.series import for_package, load_series, run_series
 
         self._run = run_series
-        from forgepatch.patching.series import for_package
-
-        # drift scans the sglang repository's revisions: the sglang part of the series
-        self.series = for_package(load_series(matrix, arch, patches_dir), "sglang", matrix)
+        # drift scans one package's repository: that package's part of the series
+        self.series = for_package(load_series(matrix, arch, patches_dir), package, matrix)
         self.patchset = self.series.hash
 
     def run(self, tree, version, cache):
         # status only, memo or not: a scan needs verdicts, never texts (and its report is
         # then the same with --no-cache as with the memo)
         return self._run(self.series, tree, version, cache=cache if cache is not None else {})
+
+
+def _tree(repo, sha: str, package_dir: str, package: str):
+    if package == "sglang":
+        return repo.tree(sha, package_dir)
+    try:
+        return repo.tree(sha, package_dir)
+    except BadInput:
+        raise BadInput(f"--repo: no {package} package at {package_dir}/ in {repo.root} at {sha[:12]} "
+                       f"([packages.{package}] package_dir)") from None
 
 
 def _memo_get(cache, key: str | None):
