@@ -16,10 +16,11 @@
   (a copy finds its gates already widened: locate, edit, self-check and evaluation all run),
   the engine with its self-check and evaluation, interleaved: goal N=12 within 1.3x of N=2;
   and the whole example series (every example patch and the shipped ones: 11, most not for
-  sm120 or not for this release) next to the 2-patch one.
+  sm120 or not for this release) next to the 2-patch one. N=5 is the five real patches once
+  each (no copy): what a longer series of them cannot share, its floor.
 
     python bench/apply.py [--version 0.5.23] [--flashinfer 0.7.2] [--runs 5] [--baseline-runs 1]
-                          [--series 2,12,30]
+                          [--series 2,5,12,30]
 
 Prints medians and ratios as JSON. Goals: apply <= 1.0 s wall including start-up, >= 100x
 faster than parse-all; self-check <= 1.5x; `forgepatch --help` <= 0.25 s.
@@ -61,7 +62,7 @@ def series_of_n(tree, version: str, lengths: list[int], runs: int) -> dict:
     import tomllib
 
     from forgepatch.arch import get_arch
-    from forgepatch.patching import astview, functions
+    from forgepatch.patching import astview, functions, parselimits
     from forgepatch.patching.engine import run_patches
     from forgepatch.patching.patchset import load_patch
     from forgepatch.patching.trees import DirTree
@@ -92,24 +93,33 @@ def series_of_n(tree, version: str, lengths: list[int], runs: int) -> dict:
     def engine(patches) -> float:
         astview.view.cache_clear()
         functions.defs_of.cache_clear()
-        t = time.perf_counter()
+        parselimits.cache_clear()
+        t, c = time.perf_counter(), time.process_time()
         res = run_patches(DirTree(tree.package, True), patches, arch, version)
         assert res.verified and not res.drift, res.to_json()
-        return time.perf_counter() - t
+        return time.perf_counter() - t, time.process_time() - c
 
     times: dict = {n: [] for n in made}
+    cpus: dict = {n: [] for n in made}
     for _ in range(runs):
         for n, patches in made.items():
-            times[n].append(engine(patches))
+            wall_s, cpu_s = engine(patches)
+            times[n].append(wall_s)
+            cpus[n].append(cpu_s)
     med = {n: statistics.median(v) for n, v in times.items()}
-    first = lengths[0]
+    cpu = {n: statistics.median(v) for n, v in cpus.items()}  # the engine is one thread: CPU time is
+    first = lengths[0]                                        # what load on a shared machine leaves alone
     doc = {f"series_{n}_engine_s_median": round(med[n], 3) for n in lengths}
     doc.update({f"series_{n}_vs_{first}_ratio": round(med[n] / med[first], 2) for n in lengths[1:]})
+    doc.update({f"series_{n}_engine_cpu_s_median": round(cpu[n], 3) for n in lengths})
+    doc.update({f"series_{n}_vs_{first}_cpu_ratio": round(cpu[n] / cpu[first], 2) for n in lengths[1:]})
     doc["series_examples_patches"] = len(made["examples"])
     doc["series_examples_engine_s_median"] = round(med["examples"], 3)
     doc[f"series_examples_vs_{first}_ratio"] = round(med["examples"] / med[first], 2)
     if 12 in med and 2 in med:
         doc["series_12_within_1_3x_of_2"] = med[12] <= 1.3 * med[2]
+    if len(real) in med:  # the real patches once each, no copy: the distinct work of a longer series
+        doc["series_distinct_patches"] = len(real)
     return doc
 
 
@@ -120,7 +130,7 @@ def main() -> None:
     ap.add_argument("--baseline-runs", type=int, default=1, help="parse-all runs (0: skip)")
     ap.add_argument("--flashinfer", default="0.7.2")
     ap.add_argument("--baseline-src", default=None, help="the previous engine's src/ (PYTHONPATH)")
-    ap.add_argument("--series", default="2,12,30", help="series lengths to time (the first is the baseline)")
+    ap.add_argument("--series", default="2,5,12,30", help="series lengths to time (the first is the baseline)")
     args = ap.parse_args()
 
     from forgepatch.sources import pypi_tree
@@ -155,11 +165,12 @@ def main() -> None:
     patches = load_patches(SHIPPED_PATCHES, ["sm120-flashinfer-allreduce-fusion"])
     arch = get_arch("sm120")
 
-    from forgepatch.patching import astview, functions
+    from forgepatch.patching import astview, functions, parselimits
 
     def engine(self_check: bool, evaluate: bool = True) -> float:
         astview.view.cache_clear()  # per-text parse memos: every run starts cold, like a CLI run
         functions.defs_of.cache_clear()
+        parselimits.cache_clear()
         t = time.perf_counter()
         res = run_patches(DirTree(tree.package, True), patches, arch, args.version, self_check=self_check,
                           evaluate=evaluate)

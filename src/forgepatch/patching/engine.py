@@ -24,6 +24,10 @@ from forgepatch.patching.model import ApplyResult, Location, PatchResult, SiteRe
 from forgepatch.patching.patchset import Patch, Site, patchset_hash
 
 
+_WORD = re.compile(r"[A-Za-z0-9_]+")
+_DEF_NAME = re.compile(rb"def (\w+)\(")
+
+
 class _Overlay:
     """The tree as the series sees it: earlier patches' outputs over the original files."""
 
@@ -44,6 +48,12 @@ class _Overlay:
         # the same for the evaluation: ast trees of texts, parsed modules a file imports from
         self.ast_trees: dict[str, tuple[str, Any]] = {}
         self.library_files: dict[str, tuple[bytes, Any]] = {}
+        self.evaluations: dict[str, dict] = {}  # what a tree yields to any patch's evaluation (``verify_patch``)
+        # and one byte index for the series' prefilters: the original files holding a needle
+        # (or matching a pattern), one pass over the tree per distinct needle, however many
+        # patches ask (``holding``); a file an earlier patch edited is tested as it is now
+        self._holding: dict[bytes | re.Pattern[bytes], frozenset[str]] = {}
+        self._defining: dict[bytes, set[str]] | None = None  # NAME -> files holding `def NAME(`
 
     def read_text(self, rel: str) -> str | None:
         if rel in self.texts:
@@ -60,6 +70,43 @@ class _Overlay:
                 else self.texts[rel].encode("utf-8")
         if not self.keep_bytes:
             return self.tree.read(rel)
+        data = self._bytes.get(rel)
+        if data is None:
+            data = self._bytes[rel] = self.tree.read(rel)
+        return data
+
+    def holding(self, *needles: bytes | re.Pattern[bytes]) -> set[str]:
+        """The files of the tree whose ORIGINAL bytes hold one of ``needles`` (a substring,
+        or a pattern that ``search`` finds); each needle is tested once per series, those
+        not yet known in one pass over the files (each file's bytes once, while cached).
+        Needs ``keep_bytes``."""
+        fresh = [n for n in dict.fromkeys(needles) if n not in self._holding]
+        if fresh:
+            found: list[list[str]] = [[] for _ in fresh]
+            tests = [(n.search, hit) if isinstance(n, re.Pattern) else (n, hit) for n, hit in zip(fresh, found)]
+            read = self._original_bytes
+            for rel in self.tree.paths():
+                data = read(rel)
+                for test, hit in tests:
+                    if test in data if isinstance(test, bytes) else test(data) is not None:
+                        hit.append(rel)
+            self._holding.update((n, frozenset(hit)) for n, hit in zip(fresh, found))
+        return set().union(*(self._holding[n] for n in needles))
+
+    def defining(self, names: list[str]) -> set[str] | None:
+        """The files whose ORIGINAL bytes hold ``def NAME(`` for one of ``names`` (what
+        ``locate.def_pattern`` matches), from one pass over the tree per series; None for a
+        name that is not plain ASCII word characters (the pattern is searched instead)."""
+        if not all(_WORD.fullmatch(n) for n in names):
+            return None
+        if self._defining is None:
+            self._defining = {}
+            for rel in self.tree.paths():  # `def NAME(` matches never overlap: each is found
+                for name in set(_DEF_NAME.findall(self._original_bytes(rel))):
+                    self._defining.setdefault(name, set()).add(rel)
+        return set().union(*(self._defining.get(n.encode(), ()) for n in names))
+
+    def _original_bytes(self, rel: str) -> bytes:
         data = self._bytes.get(rel)
         if data is None:
             data = self._bytes[rel] = self.tree.read(rel)
@@ -323,7 +370,11 @@ def _run_patch(patch: Patch, arch: Arch, version: str | None, overlay: _Overlay,
     prefetch = getattr(overlay.tree, "prefetch", None)
     if prefetch is not None and (live or markers):
         prefetch([rel for rel, _ in todo if rel not in overlay.texts])
+    maybe = _maybe(overlay, feature_needles, live, quick, needles if markers else None) \
+        if overlay.keep_bytes and cache is None else None
     for rel, ckey in todo:
+        if maybe is not None and rel not in maybe:
+            continue  # none of the tests below can pass on it (``_maybe``)
         data = overlay.read_bytes(rel)
         if feature_needles and evaluation.feature_file(data, feature_needles):
             feature_hits.append((rel, [m for m in feature_markers if m.encode() in data]))
@@ -368,6 +419,24 @@ def _run_patch(patch: Patch, arch: Arch, version: str | None, overlay: _Overlay,
                     for s in patch.sites]
     status = Status.worst([s.status for s in site_results])
     return PatchResult(patch.id, patch.summary, status, site_results, changes), gaps
+
+
+def _maybe(overlay: _Overlay, feature_needles: list[bytes], live: list[Site], quick: re.Pattern[bytes] | None,
+           needles: list[bytes] | None) -> set[str]:
+    """The files on which one of ``_run_patch``'s byte tests can pass, from the series'
+    index (``_Overlay.holding``, ``defining``): a feature file holds a marker
+    (``evaluation.feature_file``), a site file matches ``quick`` (``def NAME(`` of a live
+    site's function), a gate-coverage file holds ``is_sm`` and a marker (``lint.candidate``);
+    a file an earlier patch edited is always tested. A superset: each file in it is then
+    tested as before, so the answers are the same."""
+    sites = overlay.defining(sorted({fn for s in live for fn in s.functions})) if live else set()
+    if sites is None:  # a function name `\w` does not match: its pattern is searched
+        sites = overlay.holding(quick)
+    overlay.holding(*feature_needles, *(needles or ()), *([b"is_sm"] if needles else ()))  # in one pass
+    out = set(overlay.texts) | overlay.holding(*feature_needles) | sites
+    if needles:
+        out |= overlay.holding(*needles) & overlay.holding(b"is_sm")
+    return out
 
 
 def _from_cache(entry: Any, findings: list[Finding], found: dict[str, list[str]],

@@ -791,19 +791,21 @@ def _derived(trees: dict[str, ast.Module], seeds: set[str], memo: dict[int, tupl
     predicate is itself an arch read): module-level names, functions returning one (or
     decorated by one), closures, import aliases, and self attributes every assignment of
     which reads the arch. A function's other locals are its own (:class:`Reader`).
-    ``memo`` (id of a tree -> the names its binds read) spares a tree shared by both states a second walk."""
+    ``memo`` (id of a tree -> the tree and the names its binds read) spares a tree shared by
+    both states, or by the patches of a series, a second walk."""
     names = set(seeds)
     bind_words: list[tuple[str, _Words]] = []
     attr_words: dict[str, list[_Words]] = {}
     for tree in trees.values():
-        if memo is not None and id(tree) in memo:
-            tb, ta = memo[id(tree)]
+        held = memo.get(id(tree)) if memo is not None else None
+        if held is not None and held[0] is tree:
+            tb, ta = held[1], held[2]
         else:
             binds, attrs = _binds(tree)
             tb = [(name, _words(value)) for name, value in binds]
             ta = {name: [_words(v) for v in values] for name, values in attrs.items()}
             if memo is not None:
-                memo[id(tree)] = (tb, ta)
+                memo[id(tree)] = (tree, tb, ta)  # the tree held: its id stays its own
         bind_words += tb
         for name, values in ta.items():
             attr_words.setdefault(name, []).extend(values)
@@ -860,13 +862,16 @@ def verify_patch(before: dict[str, str], after: dict[str, str], library: Callabl
                  markers: list[str], site_functions: dict[str, set[str]], arch: Arch, patch_arches: list[str],
                  widening: bool, absorbed: set[tuple[str, str]], line_back: Callable[[str, int], int],
                  changed: set[str], within: dict[str, tuple[str, ...]] | None = None,
-                 trees: dict[str, tuple[str, ast.Module]] | None = None) -> list[GateCheck]:
+                 trees: dict[str, tuple[str, ast.Module]] | None = None,
+                 memo: dict[str, dict] | None = None) -> list[GateCheck]:
     """Judge every gate of the feature in the examined files (``before``/``after``: rel ->
     text, the same keys). ``library`` gives parsed definitions of other modules the examined
     files import (predicates), ``site_functions`` the site functions the engine found
     (rel -> bare names), ``absorbed`` (rel, function) pairs a codemod claims already accept
     the arch, ``line_back(rel, line)`` an after line as a before line; ``trees`` the parsed
-    texts of the series' earlier patches (``Version.parse``)."""
+    texts of the series' earlier patches (``Version.parse``); ``memo`` the series' memo of what
+    a tree yields whatever the patch (the names its binds read, the gates a patch's markers and
+    sites find in it), so a patch judging a file another patch judged reads it once."""
     match = Matcher(markers) if markers else None
     old, new = Version(before), Version(after)
     old.parse(shared=trees)
@@ -878,9 +883,20 @@ def verify_patch(before: dict[str, str], after: dict[str, str], library: Callabl
     family = _target_family(arch, patch_arches)
     references = _references(arch) if widening else []
     judged: dict[str, dict[tuple, tuple[_Root, dict | None, str | None]]] = {}
-    found_roots: dict[str, tuple[ast.Module, frozenset, list[_Root]]] = {}  # rel -> the before state's
-    binds_memo: dict[int, tuple] = {}  # trees of both states are alive here: ids stay theirs
+    memo = memo if memo is not None else {}
+    found_roots: dict[tuple, tuple[ast.Module, list[_Root]]] = memo.setdefault("roots", {})
+    binds_memo: dict[int, tuple] = memo.setdefault("binds", {})  # id(tree) -> (tree, ...): the tree held
+    marker_key = tuple(markers)
+    within_key = tuple(sorted(within.items())) if within else ()
+    # a step that changed none of the examined files (a patch whose gates an earlier one of
+    # the series widened): the after state is the before state, the same trees, so it is
+    # judged once (same index, same names, lines unmapped)
+    unchanged = not (changed & set(new.trees)) and new.trees.keys() == old.trees.keys() \
+        and all(new.trees[rel] is tree for rel, tree in old.trees.items())
     for label, version in (("before", old), ("after", new)):
+        if label == "after" and unchanged:
+            judged["after"] = judged["before"]
+            break
         files = [SourceFile(rel, b"", [Block(list(tree.body))]) for rel, tree in version.trees.items()]
         index = Index(lib + files)
         names = frozenset(_derived(version.trees, set(), binds_memo))
@@ -888,13 +904,18 @@ def verify_patch(before: dict[str, str], after: dict[str, str], library: Callabl
         judge = Judge(index, reads)
         out: dict[tuple, tuple[_Root, dict | None, str | None]] = {}
         for rel, tree in version.trees.items():
-            prior_roots = found_roots.get(rel)
-            if prior_roots is not None and prior_roots[0] is tree and prior_roots[1] == names:
-                roots = prior_roots[2]  # the same tree read with the same arch names: the same gates
+            # the gates of a tree depend on it, the arch names, the markers, the site functions
+            # there, what is claimed absorbed there and `within`: the same inputs, the same gates
+            sites_here = site_functions.get(rel, set())
+            key = (rel, id(tree), names, marker_key, frozenset(sites_here),
+                   frozenset(a for a in absorbed if a[0] == rel), within_key)
+            prior_roots = found_roots.get(key)
+            if prior_roots is not None and prior_roots[0] is tree:
+                roots = prior_roots[1]
             else:
                 lines = version.texts[rel].splitlines(keepends=True)
-                roots = _file_roots(rel, tree, reads, match, site_functions.get(rel, set()), absorbed, lines, within)
-                found_roots[rel] = (tree, names, roots)
+                roots = _file_roots(rel, tree, reads, match, sites_here, absorbed, lines, within)
+                found_roots[key] = (tree, roots)  # the tree held: its id stays its own
             for root in roots:
                 line = root.line if label == "before" else line_back(rel, root.line)
                 try:

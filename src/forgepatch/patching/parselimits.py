@@ -25,10 +25,29 @@ _TOKENS = re.compile(r"""(?P<str>[rRbBuUfF]{0,2}(?:'''|\"\"\"|'|"))|(?P<open>[(\
                      r"""(?P<chain>[-+*/%&|^@]|\band\b|\bor\b)|(?P<op>[,<>=])|(?P<nl>\n)|(?P<comment>\#[^\n]*)""")
 
 
+_PASSED: dict[str, None] = {}  # the last texts found within the limits (a series checks a text once)
+_PASSED_KEEP = 16
+
+
 def check(text: str, where: str) -> None:
-    """BadInput (``where:line: ...``) when ``text`` is past a limit. One linear pass. Notes
-    ``where`` as the file the parser reads next (a native crash past the limits names it)."""
+    """BadInput (``where:line: ...``) when ``text`` is past a limit. One linear pass (none
+    for a text among the last ones that passed: the answer depends on the text alone).
+    Notes ``where`` as the file the parser reads next (a native crash past the limits names it)."""
     supervisor.note(where)
+    if text in _PASSED:
+        return
+    _check(text, where)
+    _PASSED[text] = None
+    while len(_PASSED) > _PASSED_KEEP:
+        del _PASSED[next(iter(_PASSED))]
+
+
+def cache_clear() -> None:
+    """Forget the texts that passed (a benchmark's cold run)."""
+    _PASSED.clear()
+
+
+def _check(text: str, where: str) -> None:
     size = len(text.encode("utf-8", "surrogatepass")) if len(text) > MAX_BYTES // 4 else len(text)
     if size > MAX_BYTES:
         raise BadInput(f"{where}:1: file too large to parse ({size >> 20} MiB; at most {MAX_BYTES >> 20} MiB)")

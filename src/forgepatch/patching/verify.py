@@ -225,7 +225,8 @@ def evaluate(patch: Patch, pres, before: dict[str, str], overlay, arch: Arch, pa
     return evaluation.verify_patch(olds, news, library, markers, sites, arch, list(patch.arches),
                                    widening=patch.covers_gates, absorbed=absorbed, line_back=line_back,
                                    changed=changed, within={fn: site.within for site in patch.sites if site.within
-                                                            for fn in site.functions}, trees=overlay.ast_trees)
+                                                            for fn in site.functions}, trees=overlay.ast_trees,
+                                   memo=overlay.evaluations)
 
 
 _CHECK_STATUS = {"unverified": Status.UNVERIFIED, "wrong": Status.WRONG, "incomplete": Status.INCOMPLETE}

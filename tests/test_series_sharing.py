@@ -1,0 +1,66 @@
+"""A series of patches shares its work over the tree (issue 22 item 6), on the real 0.5.23
+wheel with the shipped sm120 patch and copies of it under new ids (every copy runs: it finds
+its gates already widened): the byte prefilters of every patch are answered from one index
+of the tree (each file is tested only where a needle of the patch is), and the answers are
+those of the patch run alone."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from forgepatch.arch import get_arch
+from forgepatch.patching import engine, evaluation, lint
+from forgepatch.patching.patchset import load_patch
+from forgepatch.patching.trees import DirTree
+from forgepatch.paths import SHIPPED_PATCHES
+
+FUSION = SHIPPED_PATCHES / "sm120-flashinfer-allreduce-fusion.toml"
+
+
+def _copies(tmp_path, n: int):
+    text = FUSION.read_text()
+    out = [load_patch(FUSION)]
+    for k in range(1, n):
+        path = tmp_path / f"fusion-copy{k}.toml"
+        path.write_text(text.replace('id = "sm120-flashinfer-allreduce-fusion"', f'id = "fusion-copy{k}"', 1))
+        out.append(load_patch(path))
+    return out
+
+
+def _site_view(res):
+    return [[(s.site, s.status.value, s.file, s.line, s.detail, [(loc.status.value, loc.file, loc.line)
+                                                                  for loc in s.locations]) for s in p.sites]
+            for p in res.patches]
+
+
+def test_a_series_tests_each_file_by_its_index_not_once_per_patch(tmp_path, monkeypatch):
+    from forgepatch.sources import pypi_tree
+
+    package = pypi_tree("0.5.23").package
+    calls: Counter = Counter()
+    for module, name in ((evaluation, "feature_file"), (lint, "candidate")):
+        real = getattr(module, name)
+
+        def counted(*args, _real=real, _name=name):
+            calls[_name] += 1
+            return _real(*args)
+
+        monkeypatch.setattr(module, name, counted)
+    arch = get_arch("sm120")
+    alone = engine.run_patches(DirTree(package, True), _copies(tmp_path, 1), arch, "0.5.23")
+    paths = len(DirTree(package, True).paths())
+    assert calls["feature_file"] == paths  # one patch alone: every file, as before
+    calls.clear()
+    series = engine.run_patches(DirTree(package, True), _copies(tmp_path, 3), arch, "0.5.23")
+    # three patches: only the files holding one of their markers (before: every file, per patch)
+    assert 0 < calls["feature_file"] < paths / 10, calls
+    assert 0 < calls["candidate"] < paths / 10, calls
+    assert series.verified and not series.drift
+    first, *copies = series.patches
+    assert first.status.value == "applied" and _site_view(series)[0] == _site_view(alone)[0]
+    assert first.changes == alone.patches[0].changes
+    for copy in copies:  # each copy finds the gates the first one widened, in the same files
+        assert copy.status.value == "already-applied", copy.to_json()
+        assert not copy.changes
+        assert [(s.site, s.file) for s in copy.sites] == [(s.site, s.file) for s in first.sites]
+    assert _site_view(series)[1] == _site_view(series)[2]  # and the same answers
