@@ -77,7 +77,7 @@ def main() -> int:
     ap.add_argument("--lines", type=int, default=100)
     ap.add_argument("--image", default="forgepatch-test/base:bookworm")
     args = ap.parse_args()
-    from forgepatch.smoke.jobs import LocalRunner
+    from forgepatch.smoke.local_runner import LocalRunner
 
     rows = {"pipe-baseline": stats(baseline(args.lines)),
             "local": stats(via_runner(LocalRunner(), args.lines, None, [sys.executable, "-c", WRITER, str(args.lines)]))}

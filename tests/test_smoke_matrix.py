@@ -10,7 +10,8 @@ import uuid
 import pytest
 
 from forgepatch.config import load_matrix
-from forgepatch.smoke.jobs import JobSpec, LocalRunner
+from forgepatch.smoke.jobs import JobSpec
+from forgepatch.smoke.local_runner import LocalRunner
 from forgepatch.smoke.matrix import run_jobs, select
 from support.smoke_matrix import profile, processes_with, run_cli, write_matrix
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from forgepatch.smoke.jobs import JobSpec, RunOutcome, extract_json, judge
+from forgepatch.inimage.monitor import extract_json
+from forgepatch.smoke.jobs import JobSpec, RunOutcome
+from forgepatch.smoke.verdict import judge
 from forgepatch.inimage.monitor import triage_lines
 from support.smoke_matrix import run_cli
 

@@ -6,7 +6,7 @@ unless it calls ``setsid`` itself, so ``stop_session`` can find every member thr
 end it: SIGTERM to all, a grace period, then SIGKILL to whoever is left. ``follow_session``
 streams the job's lines to a callback, enforces the timeout and cancel, and always sweeps the
 session when the job ends. ``forgepatch probe`` (``runners.run_local``) and the smoke local
-runner (``jobs.LocalRunner``) both run jobs this way.
+runner (``local_runner.LocalRunner``) both run jobs this way.
 
 ``stop_group`` is for the one process that must stay inside its caller's session: the SGLang
 server that ``forgepatch.inimage.server`` starts in its own process group, so that the job's

@@ -4,7 +4,7 @@ Delta debugging (Zeller & Hildebrandt's ddmin) over flag groups (``--ep-size 8``
 group). A launch "reproduces" the failure when it fails with the same signature as the whole
 profile; a different failure (a flag subset the server rejects, say) is *unresolved* and is not
 reduced to. Every result is cached by (image, runner, command, flag set), so a rerun, or a
-subset ddmin asks for twice, costs no launch. The report names the culprit set and the
+subset ddmin asks for twice, costs no launch (``result_cache``). The report names the culprit set and the
 flags it exonerates: "fusion exonerated; EP8 alone fails with CUBLAS_STATUS_EXECUTION_FAILED in
 graph capture".
 """
@@ -12,14 +12,11 @@ graph capture".
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Callable
 
 from forgepatch.combination.results import JobResult
-from forgepatch.smoke.jobs import JobSpec
 
 # Short names for well-known SGLang flags in the report ({v} is the flag's value).
 ALIASES = {
@@ -76,32 +73,6 @@ def ddmin(items: list[str], test: Callable[[list[str]], str]) -> list[str]:
                     break
                 n = min(len(c), 2 * n)
     return c
-
-
-class ResultCache:
-    """Job results on disk, one JSON file per key (written by rename)."""
-
-    def __init__(self, root: Path):
-        self.root = Path(root)
-
-    def get(self, key: str) -> JobResult | None:
-        path = self.root / f"{key}.json"
-        try:
-            return JobResult.from_dict(json.loads(path.read_text()))
-        except (OSError, ValueError, TypeError):
-            return None
-
-    def put(self, key: str, result: JobResult) -> None:
-        from forgepatch.smoke.report import write_text
-
-        write_text(self.root / f"{key}.json", json.dumps(result.to_dict(), indent=1, default=str))
-
-
-def cache_key(spec: JobSpec, runner: str, fingerprint: str = "") -> str:
-    base = [a for a in spec.command if a not in spec.flags]
-    doc = {"runner": runner, "image": spec.image, "fingerprint": fingerprint, "kind": spec.kind, "command": base,
-           "flags": sorted(spec.flags), "env": spec.env, "markers": spec.markers, "arch": spec.arch, "pin": spec.pin}
-    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32]
 
 
 @dataclass

@@ -20,12 +20,11 @@ from pathlib import Path
 
 from forgepatch.combination import CONTAINER_JOB, CONTAINER_OWNER, CONTAINER_RUN
 from forgepatch.infra.refs import is_digest_ref
-from forgepatch.combination import LABEL as IMAGE_LABEL
-from forgepatch.combination import packages_problems
 from forgepatch.errors import BadInput
 from forgepatch.inimage.monitor import LineSplitter
 from forgepatch.infra.dockerapi import image_repository, repo_digest
 from forgepatch.inimage.toolchain import prelude
+from forgepatch.smoke.admission import admit
 from forgepatch.smoke.jobs import JobSpec, LogSink, RunOutcome
 
 LABEL, OWNER = CONTAINER_RUN, CONTAINER_OWNER  # container labels (forgepatch.combination)
@@ -100,20 +99,8 @@ class DockerRunner:
                 missing.append(image)
             except docker.errors.APIError as exc:
                 raise BadInput(f"image {image!r}: {exc.explanation or exc}") from None
-        for job in jobs:
-            got = labels.get(job.image or "", {})
-            built = (got.get(IMAGE_LABEL["arch"]), got.get(IMAGE_LABEL["pin"]))
-            if (all(built) or job.image in missing) and built != (job.arch, job.pin):
-                raise BadInput(f"image {job.image!r} was built for {built[0]}/{built[1]}, but job {job.id} is "
-                               f"{job.arch}/{job.pin} (check --image, --builds or [smoke] image)")
-            have = got.get(IMAGE_LABEL["patchset"])
-            if job.patchset is not None and have != job.patchset:
-                raise BadInput(f"image {job.image!r} was built with patchset {have or '(none)'}, but the patch files "
-                               f"of {job.arch} now hash to {job.patchset} (job {job.id}; rebuild and push it)")
-            problems = packages_problems(got, job.packages) if job.packages else []
-            if problems:
-                raise BadInput(f"image {job.image!r} is not the combination of job {job.id}: {problems[0]} "
-                               f"(rebuild and push it)")
+        for job in jobs:  # the policy: is this image the job's combination?
+            admit(job, labels.get(job.image or "", {}), must_be_forgepatch=job.image in missing)
         for image in missing:
             self._pull(image)
         self.reap_stale()

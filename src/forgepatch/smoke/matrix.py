@@ -17,7 +17,8 @@ from typing import Callable
 from forgepatch.combination import smoke_image
 from forgepatch.combination.results import JobResult
 from forgepatch.errors import BadInput
-from forgepatch.smoke.jobs import JobSpec, Runner, judge
+from forgepatch.smoke.jobs import JobSpec, Runner
+from forgepatch.smoke.verdict import judge
 
 PROBE_COMMAND = ["python3", "-m", "forgepatch.inimage.probe", "--json"]
 SERVER_COMMAND = ["python3", "-m", "forgepatch.inimage.server"]

@@ -9,7 +9,7 @@ from typing import Callable
 
 from forgepatch.combination.results import JobResult, Plan, SmokeResults
 from forgepatch.errors import BadInput
-from forgepatch.smoke.jobs import LocalRunner
+from forgepatch.smoke.local_runner import LocalRunner
 from forgepatch.smoke.matrix import default_job_id, job_spec, parse_shard, plan as plan_jobs, run_jobs, select
 from forgepatch import utctime
 
@@ -71,7 +71,7 @@ def smoke(matrix, runner_name: str, arch=None, pin=None, profile=None, shard=Non
     run_dir = logs_root(logs)
     results = run_jobs(specs, runner, run_dir, parallel, on_result)
     if cache:
-        from forgepatch.smoke.bisect import cache_key
+        from forgepatch.smoke.result_cache import cache_key
 
         rc = result_cache()
         for spec, res in zip(specs, results):
@@ -118,7 +118,7 @@ def expected_patchsets(matrix, patches, specs) -> None:
 
 def result_cache():
     from forgepatch.paths import cache_dir
-    from forgepatch.smoke.bisect import ResultCache
+    from forgepatch.smoke.result_cache import ResultCache
 
     return ResultCache(cache_dir("smoke", "results"))
 
@@ -136,7 +136,8 @@ def fingerprint(runner, spec) -> str:
 
 def bisect(matrix, runner_name: str, profile: str, arch=None, pin=None, image=None, logs: Path | None = None,
            cache: bool = True, patches=None):
-    from forgepatch.smoke.bisect import bisect_profile, cache_key, subset_id
+    from forgepatch.smoke.bisect import bisect_profile, subset_id
+    from forgepatch.smoke.result_cache import cache_key
 
     prof = matrix.profile(profile)
     if matrix.profile_kind(profile) != "server":
