@@ -75,3 +75,22 @@ def test_old_archived_results_still_prove_every_profile(old_release):
     _check_results(lambda name, ok, detail: seen.append((name, ok, detail)), ledger, entry)
     assert all(ok is not False for _, ok, _ in seen), seen
     assert seen[-1][2].startswith("2 profile(s) passed on sha256:"), seen
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_typed_entry_writes_what_the_untyped_writer_wrote(kind, tmp_path, template_repo):
+    """A fresh entry's document is the model's dump: on every entry main wrote, the dump of
+    the parsed model is the stored document (same keys, same values: the registry-only
+    ``registry_tags`` key absent when not promoted), so digests and tag trailers of new
+    entries are computed over the same shape as before."""
+    from forgepatch.combination.ledger import LedgerEntry, content_digest
+    from forgepatch.infra.gitrepo import parse_trailers
+
+    (raw,) = json.loads((FIXTURES / kind / "releases" / "ledger.json").read_text())["releases"]
+    fresh = LedgerEntry.model_validate(raw)
+    assert fresh.doc() == raw
+    assert fresh.entry_digest() == raw["digest"]
+    assert ("registry_tags" in fresh.doc()["image"]) == (kind == "registry")
+    # the digest the release tag carries (read out of the bundle's tag object)
+    message = git(project(kind, tmp_path, template_repo) / "fork", "cat-file", "tag", TAG)
+    assert parse_trailers(message)["Forgepatch-Ledger-Entry"] == fresh.content_digest() == content_digest(raw)

@@ -25,6 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from forgepatch.combination import documents
+from forgepatch.combination.records import AuditSummary
 from forgepatch.errors import BadInput
 
 SCHEMA = "forgepatch.smoke-results/2"
@@ -103,7 +104,7 @@ class JobResult(BaseModel):
     engine: str | None = None  # the image's forgepatch.engine label
     packages: str | None = None  # the image's forgepatch.packages label (None: results written before)
     toolchain: Toolchain | None = None
-    audit: dict[str, Any] | None = None  # the kernel audit of the image (records.AuditSummary), from the build record
+    audit: AuditSummary | None = None  # the kernel audit of the image, from the build record
     finished_at: str | None = None  # UTC, ISO 8601
 
     @property

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from forgepatch.combination import LABEL, Upstream, content_ref, image_ref, split_ref, validated_ref
+from forgepatch.combination.ledger import ImageRecord
 from forgepatch.combination.results import JobResult, SmokeResults
 from forgepatch.errors import BadInput, Failure
 from forgepatch.infra.gitrepo import GitRepo
@@ -122,12 +123,18 @@ class ImageFacts:
     def upstream(self) -> Upstream | None:
         return Upstream.from_labels(self.labels)
 
+    def record(self, validated: str | None = None, registry_tags: list[str] | None = None) -> ImageRecord:
+        """The image as a ledger entry records it (``validated``: the tag the release sets,
+        left out of ``tags``; ``registry_tags``: the registry tags it promoted)."""
+        return ImageRecord(id=self.id, digest_ref=self.digest, ref=self.ref, created=iso(self.created),
+                           tags=[t for t in self.repo_tags if t != validated], patchset=self.labels.get(LABEL["patchset"]),
+                           upstream=self.labels.get(LABEL["upstream"]), upstream_version=self.labels.get(LABEL["version"]),
+                           upstream_revision=self.labels.get(LABEL["revision"]), engine=self.labels.get(LABEL["engine"]),
+                           context_hash=self.labels.get(LABEL["context_hash"]), validated=validated,
+                           registry_tags=registry_tags)
+
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "digest": self.digest, "ref": self.ref, "created": iso(self.created),
-                "tags": self.repo_tags, "patchset": self.labels.get(LABEL["patchset"]),
-                "upstream": self.labels.get(LABEL["upstream"]), "upstream_version": self.labels.get(LABEL["version"]),
-                "upstream_revision": self.labels.get(LABEL["revision"]), "engine": self.labels.get(LABEL["engine"]),
-                "context_hash": self.labels.get(LABEL["context_hash"])}
+        return self.record().model_dump(mode="json", by_alias=True, exclude={"validated"})
 
 
 def inspect_image(api, ref: str) -> ImageFacts | None:

@@ -104,7 +104,7 @@ def recover(ledger) -> list[str]:
             tmp.unlink(missing_ok=True)
         if not path.is_file():
             return []
-        released = {e.get("tag") for e in ledger.read(required=False)}
+        released = {e.tag for e in ledger.read(required=False)}
         for tag in list(_read(ledger)["releases"]):
             if tag in released:
                 refs = complete(ledger, tag)

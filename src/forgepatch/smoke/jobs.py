@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from forgepatch.combination import LABEL
+from forgepatch.combination.records import AuditSummary
 from forgepatch.combination.results import JobResult, Toolchain
 from forgepatch.inimage.monitor import Event, Monitor, Triage, extract_json, with_probe_verdict
 from forgepatch.inimage.process import follow_session, start_session
@@ -45,7 +46,7 @@ class JobSpec:
     required: bool = True
     index: int | None = None  # position in the unsharded plan
     patchset: str | None = None  # the patchset the image must carry (checked before it runs; None: not checked)
-    audit: dict | None = None  # the build record's kernel audit of the image (evidence, copied into the result)
+    audit: AuditSummary | None = None  # the build record's kernel audit of the image (evidence, copied into the result)
     # the other packages the image must carry (name -> combination.PackageIdentity; None: not checked)
     packages: dict | None = None
 

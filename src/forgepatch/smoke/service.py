@@ -97,7 +97,7 @@ def use_builds(specs, paths: list[Path]) -> None:
                            f"({build.tag}); `forgepatch build --push --record` it")
         parse_digest_ref(build.digest, f"--builds ({spec.arch}/{spec.pin} digest)")
         spec.image = build.digest
-        spec.audit = build.audit.model_dump(mode="json") if build.audit else None
+        spec.audit = build.audit
 
 
 def expected_patchsets(matrix, patches, specs) -> None:
