@@ -94,7 +94,7 @@ def _render(outcomes, ledger_path: Path, dry_run: bool) -> None:
                 out.print(f"    {escape(r.message)}", soft_wrap=True)
         elif o.promotion is not None and o.status in ("released", "recorded", "would-release"):
             verb = "would tag" if o.status == "would-release" else "tagged"
-            out.print(f"    registry: {verb} {escape(o.promotion.digest)} as {escape(', '.join(o.promotion.tags))}",
+            out.print(f"    registry: {verb} {escape(o.promotion.digest_ref)} as {escape(', '.join(o.promotion.tags))}",
                       soft_wrap=True)
     if not dry_run and any(o.status in ("released", "recorded") for o in outcomes):
         out.print(f"[dim]ledger: {escape(str(ledger_path))}[/]")

@@ -296,14 +296,6 @@ def smoke_image(template: str, repo: str, pin: str, arch: str) -> str:
     return template.format(repo=repo, pin=tag_safe(pin), arch=arch)
 
 
-def split_ref(ref: str) -> tuple[str, str]:
-    """``repo:tag`` -> (repo, tag) (a registry port's colon stays in the repo)."""
-    repo, sep, tag = ref.rpartition(":")
-    if not sep or "/" in tag:
-        return ref, "latest"
-    return repo, tag
-
-
 # -- fork branches and git trailers ----------------------------------------------------------
 
 def branch_name(arch: str, pin: str) -> str:

@@ -14,6 +14,7 @@ from forgepatch.combination.ledger import ProfileEvidence
 from forgepatch.combination.records import AuditSummary
 from forgepatch.combination.results import JobResult, Toolchain
 from forgepatch.errors import BadInput
+from forgepatch.infra.refs import same_digest
 from forgepatch.release import evidence as ev
 
 
@@ -231,10 +232,8 @@ def _judge_profile(prof: str, mine, image: ev.ImageFacts, patchset: str) -> tupl
     if j.patchset != patchset:
         return Reason("results-incomplete" if not j.patchset else "patchset-changed",
                       f"smoke results for {prof} record patchset {j.patchset or '(none)'}, the patch files now hash to {patchset}", prof), None
-    from forgepatch.infra.dockerapi import same_digest
-
-    if j.image_digest and image.digest and not same_digest(j.image_digest, image.digest):
-        return Reason("other-image", f"smoke results for {prof} ran on {j.image_digest}, the image is now {image.digest}", prof), None
+    if j.image_digest and image.digest_ref and not same_digest(j.image_digest, image.digest_ref):
+        return Reason("other-image", f"smoke results for {prof} ran on {j.image_digest}, the image is now {image.digest_ref}", prof), None
     if j.status != "pass":
         what = j.label or j.summary or j.status
         where = f" in {j.failing_phase}" if j.failing_phase else ""

@@ -59,7 +59,7 @@ def _write(ledger, doc: dict[str, Any]) -> None:
 def add(ledger, tag: str, promotion) -> None:
     """Record the registry tags ``tag``'s release will set (before its ledger entry)."""
     doc = _read(ledger)
-    doc["releases"][tag] = {"digest": promotion.digest, "tags": list(promotion.tags), "pid": os.getpid()}
+    doc["releases"][tag] = {"digest": promotion.digest_ref, "tags": list(promotion.tags), "pid": os.getpid()}
     _write(ledger, doc)
 
 

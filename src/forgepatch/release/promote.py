@@ -20,12 +20,12 @@ from forgepatch.infra.refs import ImageRef, parse, parse_digest_ref
 
 @dataclass
 class Promotion:
-    digest: str  # repo@sha256:...
+    digest_ref: str  # repo@sha256:...
     tags: list[str]  # the registry tags the release names (validated first)
 
     @property
     def ref(self) -> ImageRef:
-        return parse_digest_ref(self.digest, "image digest")
+        return parse_digest_ref(self.digest_ref, "image digest")
 
     def refs(self) -> list[str]:
         return [f"{self.ref.name}:{t}" for t in self.tags]
@@ -52,9 +52,9 @@ def problems(promo: Promotion, image_id: str) -> list[str]:
     ref = promo.ref
     found = registry.remote_image(ref)
     if found is None:
-        return [f"registry {ref.host} has no image {promo.digest} (push it: `forgepatch build --push`)"]
+        return [f"registry {ref.host} has no image {promo.digest_ref} (push it: `forgepatch build --push`)"]
     if image_id and found.image_id != image_id:
-        return [f"{promo.digest} is image {found.image_id[:19]} in the registry, the release validated {image_id[:19]}"]
+        return [f"{promo.digest_ref} is image {found.image_id[:19]} in the registry, the release validated {image_id[:19]}"]
     out = []
     reg = registry.Registry(ref)
     now = reg.head(ref.with_tag(promo.tags[1]))

@@ -27,6 +27,7 @@ from forgepatch.combination.records import AuditSummary
 from forgepatch.infra.gitrepo import format_trailers
 from forgepatch.errors import BadInput, Failure
 from forgepatch.infra.gitrepo import TagFacts
+from forgepatch.infra.refs import repository
 from forgepatch.infra.journal import notify, uninterrupted
 from forgepatch.release import evidence as ev
 from forgepatch.release import pending
@@ -56,7 +57,7 @@ class Outcome:
                 **comb.identity(), "branch": comb.branch, "upstream": comb.upstream, "image": comb.image.to_json(),
                 "profiles": {p: r.doc() for p, r in comb.profiles.items()},
                 "results": [{"path": str(f.path), "sha256": f.sha256} for f in comb.results]},
-            "registry": None if self.promotion is None else {"digest": self.promotion.digest, "tags": self.promotion.refs()},
+            "registry": None if self.promotion is None else {"digest": self.promotion.digest_ref, "tags": self.promotion.refs()},
             "entry": None if self.entry is None else self.entry.doc(),
         }
 
@@ -92,7 +93,7 @@ def tag_message(comb: Combination, tag: str, ledger: dict[str, str] | None = Non
              f"fork branch {comb.branch} at {comb.commit}",
              f"upstream {comb.upstream or '(unknown)'}, patchset {comb.patchset}",
              f"image {img.id} ({img.ref or 'untagged'}), built {ev.iso(img.created)}"
-             + (f", digest {img.digest}" if img.digest else ""),
+             + (f", digest {img.digest_ref}" if img.digest_ref else ""),
              f"image upstream {up.describe() if up else '(not recorded)'}, engine {img.labels.get(LABEL['engine']) or '(not recorded)'}",
              *toolchain_lines(comb),
              *audit_lines(comb),
@@ -104,7 +105,7 @@ def tag_message(comb: Combination, tag: str, ledger: dict[str, str] | None = Non
         lines.append(f"results file {f.path.name} sha256:{f.sha256}")
     trailers = format_trailers({
         Trailer.PIN: comb.pin, Trailer.ARCH: comb.arch, Trailer.COMMIT: comb.commit, Trailer.PATCHSET: comb.patchset,
-        Trailer.IMAGE: img.id, Trailer.IMAGE_DIGEST: img.digest, Trailer.PROFILES: ",".join(sorted(comb.profiles)),
+        Trailer.IMAGE: img.id, Trailer.IMAGE_DIGEST: img.digest_ref, Trailer.PROFILES: ",".join(sorted(comb.profiles)),
         Trailer.RESULTS: ",".join(f.sha256 for f in comb.results),
         **(ledger or {}),
     })
@@ -245,17 +246,17 @@ def _registry_reasons(inp: Inputs, out: Outcome, comb: Combination) -> list[Reas
 
     repo = inp.matrix.smoke.image_repo
     ran = {r.image_ref for r in comb.profiles.values() if r.image_ref}
-    ran = {d for d in ran if d.partition("@")[0] == repo}
+    ran = {d for d in ran if repository(d) == repo}
     if len(ran) > 1:
         return [Reason("other-image", f"the passing profiles ran on different digests: {', '.join(sorted(ran))}")]
-    digest = next(iter(ran), None) or comb.image.digest
+    digest = next(iter(ran), None) or comb.image.digest_ref
     if not digest:
         if promote.needs_registry(repo):
             return [Reason("not-pushed", f"image {comb.image.ref or comb.image.id[:19]} has no digest in {repo}: push it "
                            f"(`forgepatch build --arch {comb.arch} --pin {comb.pin} --push`) and smoke that digest")]
         return []
     out.promotion = promote.plan(digest, comb.pin, comb.arch, out.tag)
-    comb.image.digest = digest
+    comb.image.digest_ref = digest
     return [Reason("registry", msg) for msg in promote.problems(out.promotion, comb.image.id)]
 
 

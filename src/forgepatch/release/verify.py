@@ -25,7 +25,7 @@ from forgepatch.infra.gitrepo import GitRepo, TagFacts
 from forgepatch.release import evidence as ev
 from forgepatch.release import integrity
 from forgepatch.release.ledger import Ledger, chain_problem, sha256_bytes
-from forgepatch.infra.refs import parse_digest_ref
+from forgepatch.infra.refs import digest_of
 from forgepatch.release.publish import tag_identity
 
 
@@ -168,7 +168,7 @@ def _check_registry(check, entry: LedgerEntry, newest: bool) -> None:
         check("registry", ok, detail)
     rec = entry.image
     shown = rec.registry_tags if newest else rec.registry_tags[1:]
-    check("registry", None, f"{', '.join(shown)} -> {parse_digest_ref(rec.digest_ref, 'ledger image digest').digest[:19]}")
+    check("registry", None, f"{', '.join(shown)} -> {str(digest_of(rec.digest_ref))[:19]}")
 
 
 def _check_results(check, ledger: Ledger, entry: LedgerEntry) -> None:
