@@ -16,6 +16,7 @@ from forgepatch.combination.results import JobResult, Toolchain
 from forgepatch.errors import BadInput
 from forgepatch.infra.refs import same_digest
 from forgepatch.release import evidence as ev
+from forgepatch.utctime import EPOCH
 
 
 @dataclass
@@ -134,7 +135,7 @@ def evaluate(inp: Inputs, arch: str, pin: str) -> Evaluation:
     else:
         out.reasons += _judge_branch(inp, br, arch, pin, patchset, want)
 
-    ran_on = max(((ev.parse_time(j.finished_at) or ev.parse_time("1970-01-01T00:00:00Z"), j.image_digest)
+    ran_on = max(((ev.parse_time(j.finished_at) or EPOCH, j.image_digest)
                   for _, j in jobs if j.image_digest), default=(None, None))[1]
     image = ev.current_image(inp.api, matrix.smoke.image_repo, arch, pin, inp.image_override, ran_on)
     if image is None:
@@ -208,7 +209,7 @@ def _judge_packages(image: ev.ImageFacts, pin: str, want: dict) -> list[Reason]:
 
 
 def _newest(rows: list[tuple[ev.ResultsFile, JobResult]]):
-    return max(rows, key=lambda fj: (ev.parse_time(fj[1].finished_at) or ev.parse_time("1970-01-01T00:00:00Z")))
+    return max(rows, key=lambda fj: (ev.parse_time(fj[1].finished_at) or EPOCH))
 
 
 def _judge_profile(prof: str, mine, image: ev.ImageFacts, patchset: str) -> tuple[Reason | None, ProfileEvidence | None]:

@@ -5,7 +5,7 @@ the image in the Docker engine. Nothing here writes, except the small docker wri
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ from forgepatch.errors import BadInput, Failure
 from forgepatch.infra.gitrepo import GitRepo
 from forgepatch.infra.refs import is_digest_ref, parse_digest_ref, repository, split_tag
 from forgepatch.release.ledger import sha256_bytes
-from forgepatch.utctime import iso, parse as parse_time  # noqa: F401  (release reads times through ev.)
+from forgepatch.utctime import EPOCH, iso, parse as parse_time  # noqa: F401  (release reads times through ev.)
 
 
 # -- smoke results -----------------------------------------------------------------------------
@@ -148,7 +148,7 @@ def inspect_image(api, ref: str) -> ImageFacts | None:
     from forgepatch.infra.dockerapi import repo_digest
 
     labels = (doc.get("Config") or {}).get("Labels") or {}
-    created = parse_time(doc.get("Created")) or datetime.fromtimestamp(0, timezone.utc)
+    created = parse_time(doc.get("Created")) or EPOCH
     return ImageFacts(doc["Id"], created, dict(labels), list(doc.get("RepoTags") or []), None, repo_digest(doc),
                       list(doc.get("RepoDigests") or []))
 
@@ -161,7 +161,7 @@ def remote_image(digest: str, what: str = "--image") -> ImageFacts | None:
     found = registry.remote_image(parse_digest_ref(digest, what))
     if found is None:
         return None
-    created = parse_time(found.created) or datetime.fromtimestamp(0, timezone.utc)
+    created = parse_time(found.created) or EPOCH
     return ImageFacts(found.image_id, created, found.labels, [], None, found.digest_ref, [found.digest_ref], local=False)
 
 

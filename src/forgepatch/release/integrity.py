@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from forgepatch.combination import LEDGER_GENESIS, Trailer
+from forgepatch.combination import LEDGER_GENESIS, Trailer, release_tag_form
 from forgepatch.combination.ledger import LedgerEntry, content_digest  # noqa: F401  (re-exported)
 from forgepatch.release.ledger import chain_problem
 
@@ -78,21 +78,6 @@ def entry_problem(i: int, entry: LedgerEntry, facts, repo=None) -> str | None:
     return None
 
 
-def tag_form(template: str | None):
-    """A regex matching every tag name ``[release] tag_template`` can give (None: no template)."""
-    import re
-    import string
-
-    if not template:
-        return None
-    try:
-        parts = list(string.Formatter().parse(template))
-    except ValueError:
-        return None
-    pattern = "".join(re.escape(text) + ("[^/]+" if name is not None else "") for text, name, _, _ in parts)
-    return re.compile(pattern)
-
-
 def must_sign(repo, require_signed: bool) -> str | None:
     """Why every release tag must be signed here (None: it need not)."""
     if require_signed:
@@ -141,7 +126,7 @@ def check_chain(entries: list[LedgerEntry], repo, check_signatures: bool = True,
                 return report
             report.signed += 1
     digests = {e.digest: n for n, e in enumerate(entries, 1)}
-    form = tag_form(tag_template)
+    form = release_tag_form(tag_template)
     ledger_tags = {e.tag for e in entries}
     for name in repo.tag_names():
         facts = repo.tag(name)

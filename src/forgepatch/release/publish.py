@@ -18,10 +18,12 @@ carries the tags of a release the ledger does not have.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
-from forgepatch.combination import LABEL, Trailer, release_identity, validated_ref
+from forgepatch import utctime
+
+from forgepatch.combination import LABEL, Trailer, release_identity, release_tag, validated_ref
 from forgepatch.combination.ledger import ImageRecord, LedgerEntry, ResultsArchive
 from forgepatch.combination.records import AuditSummary
 from forgepatch.infra.gitrepo import format_trailers
@@ -64,9 +66,9 @@ class Outcome:
 
 def tag_name(matrix, arch: str, pin: str) -> str:
     try:
-        return matrix.release.tag_template.format(pin=pin, arch=arch)
-    except (KeyError, IndexError, ValueError) as exc:
-        raise BadInput(f"[release] tag_template {matrix.release.tag_template!r}: {exc} (placeholders: {{pin}} {{arch}})") from None
+        return release_tag(matrix.release.tag_template, pin, arch)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
 
 
 def toolchain_lines(comb: Combination) -> list[str]:
@@ -264,7 +266,7 @@ def _publish(inp: Inputs, ledger: Ledger, out: Outcome, comb: Combination, exist
     """Write the release (or, with ``existing``, record a tag an interrupted run made)."""
     from forgepatch.release import integrity
 
-    api, now = inp.api, datetime.now(timezone.utc)
+    api, now = inp.api, utctime.now()
     archives = {f.sha256: str(ledger.archive_results(f.data).relative_to(ledger.path.parent)) for f in comb.results}
     validated = validated_ref(inp.matrix.smoke.image_repo, comb.pin, comb.arch)
     if existing is not None:  # an interrupted run's tag: its entry is rebuilt exactly, or refused
