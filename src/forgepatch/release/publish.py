@@ -22,10 +22,8 @@ from datetime import datetime
 from typing import Any
 
 from forgepatch import utctime
-
 from forgepatch.combination import LABEL, Trailer, release_identity, release_tag, validated_ref
 from forgepatch.combination.ledger import ImageRecord, LedgerEntry, ResultsArchive
-from forgepatch.combination.records import AuditSummary
 from forgepatch.infra.gitrepo import format_trailers
 from forgepatch.errors import BadInput, Failure
 from forgepatch.infra.gitrepo import TagFacts
@@ -118,10 +116,6 @@ def tag_identity(facts: TagFacts) -> dict[str, Any]:
     t = facts.trailers
     return release_identity(t.get(Trailer.PIN), t.get(Trailer.ARCH), facts.commit, t.get(Trailer.PATCHSET),
                             t.get(Trailer.IMAGE), [p for p in t.get(Trailer.PROFILES, "").split(",") if p])
-
-
-def entry_identity(entry: LedgerEntry) -> dict[str, Any]:
-    return entry.identity()
 
 
 def _differences(a: dict[str, Any], b: dict[str, Any]) -> str:
