@@ -95,3 +95,22 @@ def test_a_literal_list_admits_exactly_the_majors_it_lists(majors, major, tuple_
     [found] = read_lists(f"def gen():\n    f(supported_major_versions={text})\n", "m.py")
     assert found.majors == tuple(majors) and found.function == "gen" and found.line == 2
     assert found.verdict(major) == (ADMITS if not majors or major in majors else REJECTS)
+
+
+def test_a_file_naming_the_keyword_that_cannot_be_read_is_one_unverified_list(tmp_path):
+    """A module that does not parse (or is not UTF-8) but names the keyword is not "no list
+    here": one unverified list at its first mention, for `gates --package` and `audit` alike."""
+    from forgepatch.gates.jitlists import lists_of_bytes, scan
+
+    broken = b"def gen_x_module(:\n    pass\n\nspec = gen_jit_spec(supported_major_versions=[10])\n"
+    [j] = lists_of_bytes(broken, "jit/x.py")
+    assert (j.file, j.line, j.majors, j.verdict(12)) == ("jit/x.py", 4, None, UNVERIFIED)
+    latin = "# caf\xe9\nspec = gen_jit_spec(supported_major_versions=[10, 12])\n".encode("latin-1")
+    [k] = lists_of_bytes(latin, "jit/y.py")
+    assert (k.line, k.verdict(12), k.code) == (2, UNVERIFIED, "<not UTF-8>")
+    assert lists_of_bytes(b"\xff\xfe no keyword here", "jit/z.py") == []
+    pkg = tmp_path / "flashinfer"
+    (pkg / "jit").mkdir(parents=True)
+    (pkg / "jit" / "x.py").write_bytes(broken)
+    (pkg / "jit" / "y.py").write_bytes(latin)
+    assert [(j.file, j.line, j.verdict(12)) for j in scan(pkg)] == [("jit/x.py", 4, UNVERIFIED), ("jit/y.py", 2, UNVERIFIED)]

@@ -110,12 +110,20 @@ def test_server_profiles_run_in_the_built_image(built):
         tc = job["toolchain"]
         assert tc["python"].startswith("3.") and tc["torch"] is None and tc["gpus"] == []
         assert tc["sglang"] == "0.5.23"  # the patched release the builder installed
+        # what the server process itself imported: the overlay's sglang (its import fails in this
+        # base without SGLang's dependencies; the place and version are still read), no flashinfer
+        sg = job["imported"]["sglang"]
+        assert (sg["version"], sg["dir"]) == ("0.5.23", "/usr/local/lib/python3.11/dist-packages/sglang"), sg
+        assert job["imported"]["flashinfer"] is None
     assert (ep8["status"], ep8["label"], ep8["failing_phase"]) == ("fail", "CUBLAS_STATUS_EXECUTION_FAILED", "graph capture")
 
     log = Path(tp2["log_path"]).read_text()
-    # the driver inside the image launched the stand-in with the profile's flags and Ready came
-    # from a capture end plus a real chat completion
-    assert f"[forgepatch-server] launch python3 {STANDIN} --model-path /models/stand-in" in log
+    # the driver inside the image launched the stand-in with the profile's flags (in the same
+    # process as the report of what it imported) and Ready came from a capture end plus a real
+    # chat completion
+    assert (f"[forgepatch-server] launch python3 -m forgepatch.inimage.imported --run-path {STANDIN} -- "
+            "--model-path /models/stand-in") in log
+    assert log.index("[forgepatch-imported] {") < log.index("Capture cuda graph begin")
     assert "--tp-size 2" in log and "[forgepatch-toolchain] {" in log
     order = [log.index(s) for s in ("Capture cuda graph begin", "Capture cuda graph end",
                                    "[forgepatch-server] health 200", "[forgepatch-server] answered HTTP 200")]

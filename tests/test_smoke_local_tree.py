@@ -170,3 +170,55 @@ def test_refuses_when_an_import_hook_would_load_another_sglang(tmp_path):
     assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
     assert f"finds {hook / 'other' / 'sglang'}, not the pin's patched tree" in lines[0], lines[0]
     assert _job_logs(tmp_path) == []
+
+
+# a job that imports flashinfer: which one, and does it hold the series' changes (the major-list
+# codemod on jit/comm.py, the text patch on the .cu launcher)?
+PROBE_FI = (
+    "import importlib.util, pathlib, json; "
+    "fi = pathlib.Path(importlib.util.find_spec('flashinfer').submodule_search_locations[0]); "
+    "sg = pathlib.Path(importlib.util.find_spec('sglang').submodule_search_locations[0]); "
+    "print(json.dumps({'flashinfer': str(fi), 'sglang': str(sg), "
+    "'comm': 'supported_major_versions=[9, 10, 12]' in (fi / 'jit/comm.py').read_text(), "
+    "'launcher': 'TVM_FFI_ICHECK(major == 10 || major == 12)' in "
+    "(fi / 'data/csrc/trtllm_fused_moe_kernel_launcher.cu').read_text()}))"
+)
+
+
+def test_a_series_that_patches_flashinfer_runs_on_both_patched_packages(tmp_path):
+    """Issue 23: the local tree carries every package the series patches (was: refused, exit 2):
+    SGLang and the pin's FlashInfer, each patched, side by side first on the job's PYTHONPATH."""
+    import shutil
+
+    proj = tmp_path / "proj"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "packages", proj)
+    matrix = proj / "matrix.toml"
+    text = matrix.read_text().replace('[pins."v0.5.23".packages.flashinfer]\npypi = "0.7.2"',
+                                      '[pins."v0.5.23".packages.flashinfer]\npypi = "0.6.1"')
+    assert 'pypi = "0.6.1"' in text
+    text = text.replace('[arches.sm120]\n', '[arches.sm120]\nprofiles = ["fi"]\n', 1)
+    text += ('\n[smoke]\nmodel = "/models/none"\n\n[profiles.fi]\nkind = "command"\ngpus = 0\ntimeout_s = 60\n'
+             "command = '''python3 -c \"" + PROBE_FI + "\"'''\n")
+    matrix.write_text(text)
+    # a decoy flashinfer on the caller's PYTHONPATH: the job must not see it
+    decoy = tmp_path / "decoy"
+    (decoy / "flashinfer").mkdir(parents=True)
+    (decoy / "flashinfer" / "__init__.py").write_text("raise ImportError('decoy flashinfer imported')\n")
+    r = _smoke(tmp_path, matrix, "--arch", "sm120", pythonpath=[decoy])
+    assert r.returncode == 0, r.stderr[-3000:]
+    [job] = json.loads(r.stdout)["jobs"]
+    log = Path(job["log_path"]).read_text().splitlines()
+    m = re.match(r"\[forgepatch\] local runner: sglang = (\S+)/sglang \(pypi:0\.5\.23 patched for sm120, patchset "
+                 r"[0-9a-f]{16}, \d+ file\(s\) changed\); flashinfer = (\S+)/flashinfer "
+                 r"\(pypi:flashinfer-python==0\.6\.1 patched for sm120, patchset [0-9a-f]{16}, 3 file\(s\) changed\)$",
+                 log[0])
+    assert m and m[1] == m[2], log[0]
+    seen = json.loads(next(line for line in log if line.startswith("{")))
+    assert seen == {"flashinfer": f"{m[1]}/flashinfer", "sglang": f"{m[1]}/sglang", "comm": True, "launcher": True}
+    # a pin that names no FlashInfer release: refused before anything runs (one line, exit 2)
+    matrix.write_text(text.replace('[pins."v0.5.23".packages.flashinfer]\npypi = "0.6.1"\n', ""))
+    r = _smoke(tmp_path, matrix, "--arch", "sm120", "--logs", tmp_path / "logs-nopin")
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip() and not ln.startswith(WAIT_NOTICE)]
+    assert r.returncode == 2 and len(lines) == 1, r.stderr
+    assert ("smoke --runner local: the sm120 series patches flashinfer (patch fi-jit-majors), and pin 'v0.5.23' "
+            "names no version of it") in lines[0]

@@ -80,6 +80,40 @@ def pypi_tree(version: str, package=None, expected_sha256: str | None = None) ->
 
 
 # -- git ----------------------------------------------------------------------------------
+def extract_package(wheel: Path, dest: Path, import_name: str = PACKAGE) -> Path:
+    """Extract EVERY file of the wheel's package (``.py``, compiled ``.so``, configs, data)
+    into ``dest/<import_name>``, executable bits kept; returns it."""
+    from forgepatch import progress
+
+    with zipfile.ZipFile(wheel) as zf:
+        members = [i for i in zf.infolist() if i.filename.startswith(f"{import_name}/") and not i.is_dir()
+                   and ".." not in i.filename.split("/")]
+        for info in progress.track(members, f"unpacking the package of {wheel.name}"):
+            target = dest / info.filename
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with zf.open(info) as fh, open(target, "wb") as out:
+                shutil.copyfileobj(fh, out, 1 << 20)
+            mode = (info.external_attr >> 16) & 0o777
+            if mode & 0o111:
+                os.chmod(target, mode)
+    return dest / import_name
+
+
+def wheel_package_tree(wheel: Path, version: str, sha: str, package=None) -> SourceTree:
+    """The complete package of one wheel of a PyPI release (``sha``: its sha256, checked by
+    the caller): what ``build`` overlays onto a base, ``.so`` files included. Unpacked once
+    (``wheelcache.unpacked_tree``)."""
+    from forgepatch.wheelcache import unpacked_tree
+
+    dist, import_name, name = (PACKAGE, PACKAGE, PACKAGE) if package is None else (
+        package.dist, package.import_name, package.name)
+    key = (f"{version}" if name == PACKAGE else f"{dist}-{version}") + f"-{sha[:16]}-full"
+    root = unpacked_tree(key, sha, lambda tmp: extract_package(wheel, tmp, import_name),
+                         f"the unpacked package of {wheel.name}")
+    label = f"pypi:{version}" if name == PACKAGE else f"pypi:{dist}=={version}"
+    return SourceTree(root / import_name, label, "pypi", version, sha, pristine=True, origin=wheel, package_name=name)
+
+
 def git_tree(spec: str, package_dir: str = "python/sglang") -> SourceTree:
     """``PATH_OR_URL@REV``: export the package at REV from git objects (no checkout touched)."""
     from forgepatch.infra.gitrepo import GitRepo, clone_bare

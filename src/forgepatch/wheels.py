@@ -117,3 +117,120 @@ def wheel_sha256(wheel: Path) -> str:
 
     write_atomic(wheel.with_name(wheel.name + ".sha256"), digest + "\n")
     return digest
+
+
+# -- the wheel a base image takes ----------------------------------------------------------
+# glibc of the legacy manylinux tags (PEP 513/571/599); manylinux_X_Y says it in the tag
+LEGACY_GLIBC = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
+
+
+def _glibc(text: str | None) -> tuple[int, ...] | None:
+    try:
+        return tuple(int(x) for x in str(text).split(".")[:2]) if text else None
+    except ValueError:
+        return None
+
+
+def platform_glibc(plat: str, machine: str) -> tuple[int, ...] | None:
+    """The glibc a platform tag needs (``manylinux_2_34_aarch64`` -> (2, 34); ``linux_x86_64``
+    -> (0,): no promise); None when the tag is not a glibc Linux tag for ``machine``."""
+    if not plat.endswith("_" + machine):
+        return None
+    stem = plat[: -len(machine) - 1]
+    if stem == "linux":
+        return (0,)
+    if stem in LEGACY_GLIBC:
+        return LEGACY_GLIBC[stem]
+    parts = stem.split("_")
+    if len(parts) == 3 and parts[0] == "manylinux" and parts[1].isdigit() and parts[2].isdigit():
+        return (int(parts[1]), int(parts[2]))
+    return None  # musllinux_*, macosx_*, win_*: not for a glibc Linux base
+
+
+def fit(tag: str, python: str, machine: str, glibc: str | None) -> tuple[int, tuple[int, ...]] | None:
+    """How well the wheel ``tag`` (``cp311-manylinux_2_34_x86_64``, ``py3-any``) fits a
+    CPython ``python`` (``3.11``) on ``machine`` with ``glibc`` (higher is better; None: it
+    does not, or the base's glibc is unknown and the tag needs one)."""
+    py, _, plat = tag.partition("-")
+    cp = "cp" + python.replace(".", "")
+    pys = py.split(".")
+    if cp in pys:
+        rank = 2
+    elif any(p in ("py3", "py" + python.replace(".", "")) for p in pys):
+        rank = 1
+    else:
+        return None
+    if plat == "any":
+        return rank, (0,)
+    need = platform_glibc(plat, machine)
+    have = _glibc(glibc)
+    if need is None or have is None or have < need:
+        return None
+    return rank, need
+
+
+def choose_tag(tags, python: str, machine: str, glibc: str | None) -> str | None:
+    """The tag among ``tags`` a base (CPython ``python``, ``machine``, ``glibc``) installs:
+    its own CPython over a pure wheel, then the newest glibc it has. None: no tag fits."""
+    fits = [(f, t) for t in tags if (f := fit(t, python, machine, glibc)) is not None]
+    return max(fits)[1] if fits else None
+
+
+def tag_wheel(version: str, tag: str) -> Path:
+    """The cached wheel of ``sglang==version`` for ``tag``, downloaded (``pip download
+    --python-version --platform``, as ``release_wheels``) when not cached yet. BadInput when
+    PyPI has none."""
+    from forgepatch.paths import cache_dir
+    from forgepatch.wheelcache import artifact_lock
+
+    host, root = cache_dir("wheels", version), cache_dir("wheels", version, "platforms")
+
+    def cached() -> Path | None:
+        return next((p for d in (host, root) for p in sorted(d.glob(f"{PACKAGE}-*.whl")) if wheel_tag(p.name) == tag),
+                    None)
+
+    if (found := cached()) is not None:
+        return found
+    py, _, plat = tag.partition("-")
+    args = ["--only-binary=:all:"]
+    if py.startswith("cp") and py[2:].isdigit():
+        args += ["--python-version", f"{py[2]}.{py[3:]}"]
+    if plat != "any":
+        args += ["--platform", plat]
+    with artifact_lock(root / f".{tag}.lock", f"the {tag} wheel of {PACKAGE}=={version}"):
+        if (found := cached()) is not None:
+            return found
+        with tempfile.TemporaryDirectory(dir=root) as tmp:
+            for p in _download(version, Path(tmp), args):
+                if p.suffix == ".whl" and wheel_tag(p.name) == tag:
+                    os.replace(p, root / p.name)
+                    return root / p.name
+    raise BadInput(f"{PACKAGE}=={version}: no {tag} wheel could be downloaded from PyPI")
+
+
+def base_wheel(name: str, pin, python: str, machine: str, glibc: str | None, ref: str) -> tuple[str, Path, str]:
+    """The wheel of pin ``name`` that a base image (``ref``: CPython ``python`` on ``machine``,
+    ``glibc``) installs, as (tag, cached wheel, its sha256 computed from the bytes), checked
+    against the digest the pin records for that tag. BadInput, one line: no wheel of the pin
+    fits the base (the base's tag and the pin's tags named), or the bytes are another wheel
+    (both digests named). A pin without per-platform wheels knows only the host's wheel."""
+    from forgepatch.wheelcache import file_sha256, verified_wheel
+
+    want_tags = dict(pin.wheels)
+    if not want_tags:
+        host = verified_wheel(pin.pypi, pin.sha256)
+        want_tags = {wheel_tag(host.name): pin.sha256 or file_sha256(host)}
+    base_tag = f"cp{python.replace('.', '')}-{machine}" + (f" (glibc {glibc})" if glibc else " (glibc unknown)")
+    tag = choose_tag(want_tags, python, machine, glibc)
+    if tag is None:
+        hint = "" if pin.wheels else f"; the pin records no per-platform wheels: `forgepatch pin update {name}`"
+        raise BadInput(f"base image {ref} is {base_tag}: pin {name} (SGLang {pin.pypi}) has no wheel for it "
+                       f"(it has {', '.join(sorted(want_tags))}){hint}")
+    wheel = tag_wheel(pin.pypi, tag)
+    have = file_sha256(wheel)
+    want = want_tags[tag]
+    if have != want:
+        key = f"wheels.{tag}" if pin.wheels else "sha256"
+        raise BadInput(f"matrix.toml pins.{name}.{key}: the pin records sha256 {want}, the wheel for base "
+                       f"image {ref} ({wheel.name}) has {have} (not the pinned wheel)")
+    return tag, wheel, have

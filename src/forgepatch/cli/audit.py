@@ -48,10 +48,15 @@ def audit(
     else:
         render_table(report)
     if not report.ok:
-        names = ", ".join(lib.path for lib in report.failing[:5])
-        more = " ..." if len(report.failing) > 5 else ""
-        raise Failure(f"{len(report.failing)} CUDA librar{'y has' if len(report.failing) == 1 else 'ies have'} "
-                      f"no code for {target.name}: {names}{more}")
+        problems = []
+        if report.failing:
+            names = ", ".join(lib.path for lib in report.failing[:5])
+            more = " ..." if len(report.failing) > 5 else ""
+            problems.append(f"{len(report.failing)} CUDA librar{'y has' if len(report.failing) == 1 else 'ies have'} "
+                            f"no code for {target.name}: {names}{more}")
+        if report.jit_failing:
+            problems.append(f"{report.jit.package} JIT lists: {report.jit.reason}")
+        raise Failure("; ".join(problems))
 
 
 def _where(report) -> str:
@@ -80,6 +85,13 @@ def render_markdown(report) -> str:
         out.append(f"| `{lib.path}` | {status} | {' '.join(lib.sass) or '-'} | {', '.join(lib.ptx) or '-'} | "
                    f"{lib.usable_modules}/{lib.modules} | {_compressed(lib)} | {lib.reason} |")
     out += ["", _summary(report)]
+    jit = report.jit
+    if jit is not None:
+        out += ["", f"**{jit.package} JIT arch lists** ({jit.status}): {jit.reason}"]
+        shown = [f for f in jit.lists if f.verdict != "admits"]
+        if shown:
+            out += ["", "| list | function | majors | verdict |", "|---|---|---|---|"]
+            out += [f"| `{f.where}` | {f.function or '-'} | `{f.code}` | {f.verdict} |" for f in shown]
     return "\n".join(out) + "\n"
 
 
@@ -99,6 +111,13 @@ def render_table(report) -> None:
     out = console()
     out.print(table)
     out.print(escape(_summary(report)))
+    jit = report.jit
+    if jit is not None:
+        style = {"admits": "green", "rejects": "yellow", "unverified": "bold red"}.get(jit.status, "dim")
+        out.print(f"{jit.package} JIT arch lists: [{style}]{jit.status}[/] " + escape(jit.reason))
+        for f in jit.lists:
+            if f.verdict != "admits":
+                out.print(f"  {f.verdict:<10} " + escape(f"{f.where} {f.function or '-'} {f.code}"))
 
 
 class _Progress:

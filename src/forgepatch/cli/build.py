@@ -26,13 +26,17 @@ def build(
     push: bool = typer.Option(False, "--push", help="Push the content-addressed tag to the registry of [smoke] image_repo (a no-op when it has that content)."),
     record: Optional[Path] = typer.Option(None, "--record", help="Write/update this build record (image, digest, audit) for `smoke --builds`."),
     audit: bool = typer.Option(False, "--audit", help="Fail the build when a CUDA library of the image has no code for the arch (also arches.<arch>.audit)."),
+    platform: Optional[str] = typer.Option(None, "--platform", help="Build for linux/amd64 or linux/arm64 (DGX Spark); the base image must be of it (default: the base's)."),
     as_json: bool = json_option("Print one JSON document on stdout."),
 ) -> None:
     """Build the per-arch image: every patched package (SGLang, FlashInfer ...) + probe on the base image."""
     from forgepatch.images import ship
     from forgepatch.images.build import BuildFailed, base_image_id, build_image, connect
+    from forgepatch.images.platforms import check_base_platform, check_platform
     from forgepatch.images.prepare import default_context_dir, prepare, resolve_target
 
+    if platform is not None:
+        platform = check_platform(platform)
     matrix = STATE.matrix()
     target = resolve_target(matrix, arch, pin=pin, source=source, base_image=base_image)
     audit = audit or matrix.arch(target.arch.name).audit
@@ -43,6 +47,8 @@ def build(
         ship.check_record_path(record)
     api = connect()  # fail fast, before patching: engine down / base image missing -> exit 2
     base_id = base_image_id(api, target.base_image)
+    if platform is not None:  # the image is of its base's platform: another one is refused here
+        check_base_platform(target.base_image, api.inspect_image(base_id), platform)
     if push:  # registry unreachable / credentials refused -> exit 2 before anything is built
         ship.preflight_push(target.repo)
     err = console(stderr=True)
@@ -50,10 +56,13 @@ def build(
     if warning:
         err.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
     from forgepatch import progress as shown  # terminal only, never with --json
+    from forgepatch.images.base_facts import check_base, read_base
+    from forgepatch.images.platforms import engine_platform, image_platform
 
+    base = read_base(api, target.base_image, base_id)  # its Python, machine, glibc: which wheel it takes
+    foreign = image_platform(api.inspect_image(base_id)) != engine_platform(api)  # nothing of it can run here
     with shown.task(f"patching {target.source} for {target.arch.name} and assembling the context"):
-        prepared = prepare(target, matrix, STATE.patches(), context_dir)
-    from forgepatch.images.base_facts import check_base
+        prepared = prepare(target, matrix, STATE.patches(), context_dir, base=base, copy_only=foreign)
 
     # the base's own copy of each package must be the release the image carries (another one -> exit 2)
     check_base(api, target.base_image, base_id, target.pin, prepared.packages)
@@ -63,7 +72,8 @@ def build(
     if result is None:
         with _Progress(err) as progress:
             try:
-                result = build_image(prepared.spec, api=api, force=force, on_event=progress.event, log_path=log)
+                result = build_image(prepared.spec, api=api, force=force, on_event=progress.event, log_path=log,
+                                     platform=platform)
             except BuildFailed as exc:
                 progress.stop()
                 for line in exc.tail:
@@ -98,7 +108,7 @@ def build(
         state = "in the registry already, nothing built"
     layers = sum(1 for s in result.steps if s.instruction.split()[0] in ("RUN", "COPY"))
     lines = [f"[bold]{result.tags[0]}[/bold]  ({state})", f"  image   {result.image_id}",
-             f"  also    {', '.join(result.tags[1:])}"]
+             f"  also    {', '.join(result.tags[1:])}", f"  platform {result.platform}"]
     if not result.cache_hit:
         lines += [f"  layers rebuilt: {len(result.rebuilt_steps)} of {layers}", f"  log     {result.log}"]
     if result.audit:
@@ -119,21 +129,31 @@ def bake(
     arch: Optional[List[str]] = arch_list_option(help="Only these arches (repeatable; default: all configured)."),
     pin: Optional[List[str]] = pin_list_option("Only these pins (repeatable; default: each arch's pins)."),
     contexts: Optional[Path] = typer.Option(None, "--contexts", help="Where build contexts go (default: <out dir>/bake-contexts)."),
+    platform: Optional[str] = typer.Option(None, "--platform", help="Every target for linux/amd64 or linux/arm64 (the bases must be of it)."),
     as_json: bool = json_option("Print the bake document on stdout too."),
 ) -> None:
     """Write docker-bake.json: one BuildKit target per arch x pin (args, tags, labels, context)."""
     from forgepatch.images.bake import bake_matrix
+    from forgepatch.images.platforms import check_platform
     from forgepatch.paths import check_output
+
+    if platform is not None:
+        platform = check_platform(platform)
 
     target = check_output(out, "--out", stdout_ok=True)  # None: stdout
     matrix = STATE.matrix()
     from forgepatch import progress
 
+    warnings: list[str] = []
     with progress.task("assembling build contexts") as bar:
         doc = bake_matrix(
             matrix, STATE.patches(), target, arches=arch or None, pins=pin or None, contexts_dir=contexts,
-            on_target=lambda t: bar.update(f"patching {t.source} for {t.arch.name}"),
+            on_target=lambda t: bar.update(f"patching {t.source} for {t.arch.name}"), platform=platform,
+            on_warning=warnings.append,
         )
+    err = console(stderr=True)
+    for line in warnings:
+        err.print(f"warning: {line}", markup=False, highlight=False, soft_wrap=True)
     if as_json or target is None:
         print_json(doc)
         return

@@ -146,12 +146,25 @@ def fork_cmd(
     if result.drift:
         from forgepatch.errors import Failure
 
-        raise Failure(f"drift on {result.upstream[:12]}: branch {result.branch} not moved")
+        bad = [r for r in [result, *result.packages] if r.status == "drift"]
+        where = ", ".join(f"{r.package} {r.upstream[:12]}" for r in bad)
+        raise Failure(f"drift on {where}: branch {result.branch} not moved"
+                      + (" in any repository" if result.packages else ""))
 
 
 def _render_fork(result) -> None:
+    for one in [result, *result.packages]:
+        if result.packages:
+            console().print(f"{one.package} ({one.repo}):", markup=False)
+        _render_one(one)
+
+
+def _render_one(result) -> None:
     out = console()
-    if result.drift:
+    if result.status == "held":
+        out.print(f"  held: {result.branch} not moved (another package drifted)", markup=False)
+        return
+    if result.status == "drift":
         err = console(stderr=True)
         for p in result.apply.patches:
             for s in p.sites:

@@ -15,7 +15,7 @@ is ``forgepatch.combination.results``. Standard library only: cheap to import ev
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 # -- the upstream identity ------------------------------------------------------------------
@@ -26,11 +26,14 @@ class Upstream:
 
     ``kind`` is ``pypi`` (``version`` the release, ``revision`` its wheel's sha256), ``git``
     (``revision`` the full commit SHA, ``version`` the package version found there) or ``dir``
-    (a local directory: no identity to check). A field that is not known is None."""
+    (a local directory: no identity to check). A field that is not known is None. A PyPI
+    pin's ``wheels`` are the digests of every wheel of the release it records (one per CPython
+    and platform): each is that pin's code, for the base that installs it."""
 
     kind: str
     version: str | None = None
     revision: str | None = None
+    wheels: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def label(self) -> str:
@@ -68,7 +71,8 @@ class Upstream:
         if pin.kind == "pypi":
             if self.version != pin.version:
                 return "a different version"
-            if self.kind == "pypi" and self.revision and pin.revision and self.revision != pin.revision:
+            if (self.kind == "pypi" and self.revision and pin.revision and self.revision != pin.revision
+                    and self.revision not in pin.wheels):
                 return "a different wheel of that version"
             return None
         return None
@@ -91,7 +95,7 @@ class Upstream:
     def of_pin(cls, pin: Any) -> "Upstream":
         """A matrix pin as recorded (``config.Pin``): its rev may still be abbreviated."""
         if pin.pypi:
-            return cls("pypi", pin.pypi, pin.sha256)
+            return cls("pypi", pin.pypi, pin.sha256, tuple(sorted((getattr(pin, "wheels", None) or {}).values())))
         return cls("git", pin.version, pin.rev)
 
     @classmethod

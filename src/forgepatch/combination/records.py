@@ -31,6 +31,27 @@ from forgepatch.errors import BadInput
 SCHEMA = "forgepatch.build-record/1"
 
 
+class JitSummary(BaseModel):
+    """The verdict on the JIT arch lists of a package the image carries (FlashInfer's
+    ``supported_major_versions``), as evidence: the lists named by ``path:line``."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    package: str
+    status: str  # absent | admits | rejects | unverified
+    version: str | None = None
+    dir: str | None = None
+    lists: int = 0
+    rejecting: list[str] = Field(default_factory=list)  # path:line in the image
+    unverified: list[str] = Field(default_factory=list)
+
+    @classmethod
+    def of(cls, jit: Any) -> "JitSummary":
+        """From ``images.jit_audit.JitAudit`` (read by attribute: no document in between)."""
+        return cls(package=jit.package, status=jit.status, version=jit.version, dir=jit.dir, lists=len(jit.lists),
+                   rejecting=[f.where for f in jit.rejecting], unverified=[f.where for f in jit.unverified])
+
+
 class AuditSummary(BaseModel):
     """The kernel audit's verdict on an image (``forgepatch audit``), as evidence."""
 
@@ -42,21 +63,38 @@ class AuditSummary(BaseModel):
     failing: list[str] = Field(default_factory=list)
     cuda_libraries: int = 0
     shared_objects: int = 0
+    jit: JitSummary | None = None  # None: an audit from before JIT lists were read
 
     @classmethod
     def of(cls, report: Any) -> "AuditSummary":
-        doc = report.to_json()
-        return cls(arch=doc["arch"], verdict=doc["verdict"], strict=doc["strict"], failing=doc["failing"],
-                   cuda_libraries=doc["stats"].get("cuda_libraries", 0),
-                   shared_objects=doc["stats"].get("shared_objects", 0))
+        """From ``images.audit.AuditReport`` (read by attribute: no document in between)."""
+        return cls(arch=report.arch, verdict="pass" if report.ok else "fail", strict=report.strict,
+                   failing=[lib.path for lib in report.failing],
+                   cuda_libraries=report.stats.get("cuda_libraries", 0),
+                   shared_objects=report.stats.get("shared_objects", 0),
+                   jit=JitSummary.of(report.jit) if report.jit is not None else None)
 
     def line(self) -> str:
-        """``pass for sm120 (12 CUDA libraries)`` / ``FAIL for sm120: libx.so, liby.so``."""
+        """``pass for sm120 (12 CUDA libraries)`` / ``FAIL for sm120: libx.so, liby.so``, and
+        the JIT lists' verdict where they were read."""
+        return self._kernels() + self._jit()
+
+    def _kernels(self) -> str:
         if self.verdict == "pass" and not self.cuda_libraries:  # nothing to judge: said, never a silent pass
             return f"pass for {self.arch} (no CUDA library in the image: no kernel was checked)"
-        if self.verdict == "pass":
-            return f"pass for {self.arch} ({self.cuda_libraries} CUDA librar{'y' if self.cuda_libraries == 1 else 'ies'})"
+        if self.verdict == "pass" or not self.failing:
+            verdict = "pass" if self.verdict == "pass" else "FAIL"
+            return f"{verdict} for {self.arch} ({self.cuda_libraries} CUDA librar{'y' if self.cuda_libraries == 1 else 'ies'})"
         return f"FAIL for {self.arch}: {', '.join(self.failing[:3])}{' ...' if len(self.failing) > 3 else ''}"
+
+    def _jit(self) -> str:
+        j = self.jit
+        if j is None or j.status == "absent":
+            return ""
+        named = j.unverified or j.rejecting
+        return (f"; {j.package} {j.version or ''} JIT lists {j.status}".replace("  ", " ")
+                + (f" ({len(named)} of {j.lists}: {', '.join(named[:2])}{' ...' if len(named) > 2 else ''})"
+                   if named else f" ({j.lists})"))
 
 
 class PackageBuild(BaseModel):
@@ -100,6 +138,7 @@ class Build(BaseModel):
     audit: AuditSummary | None = None
     built_at: str | None = None
     packages: list[PackageBuild] = Field(default_factory=list)  # every package (empty: a record from before)
+    platform: str | None = None  # linux/amd64, linux/arm64 (None: a record from before platforms)
 
     def package_ids(self) -> dict[str, PackageIdentity]:
         """Every package of the build (name -> identity); a record written before packages

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -64,6 +64,48 @@ class Toolchain(BaseModel):
         return " · ".join(parts) or "nothing recorded"
 
 
+class ImportedPackage(BaseModel):
+    """A package as the job's process imported it (``forgepatch.inimage.imported``)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    version: str | None = None
+    version_from: str | None = None  # dist-info (beside dir) | metadata | __version__
+    dir: str | None = None  # the directory it was imported from (symlinks resolved)
+    imported: bool = False  # False: the import failed (dir: where it was found; error: why)
+    error: str | None = None
+
+    def describe(self) -> str:
+        return (f"{self.version or 'an unknown version'} from {self.dir or 'an unknown place'}"
+                + ("" if self.imported else f" (import failed: {self.error})" if self.error else ""))
+
+
+def imported_problems(labels: Mapping[str, str], imported: Mapping[str, ImportedPackage | None] | None) -> list[str]:
+    """Where a job ran with other packages than its image's labels name (one line each; empty:
+    the same, or the job reported nothing): a package the label names that the job's process
+    did not find, or found at another version, or at a version it could not read. Packages
+    the label does not name are not compared (the image does not claim them)."""
+    from forgepatch.combination import packages_of_labels
+
+    if imported is None:
+        return []
+    try:
+        named = packages_of_labels(labels)
+    except ValueError:
+        return []  # the label itself is judged elsewhere (image-packages)
+    out = []
+    for name, ident in named.items():
+        if name not in imported:
+            continue
+        want = ident.upstream.version
+        got = imported[name]
+        if got is None:
+            out.append(f"{name}: the job's process found none, the image's label names {ident.upstream.label}")
+        elif want and got.version != want:
+            out.append(f"{name}: the job ran with {got.describe()}, the image's label names {ident.upstream.label}")
+    return out
+
+
 class JobResult(BaseModel):
     """One smoke job's verdict, with the combination it ran on."""
 
@@ -104,6 +146,8 @@ class JobResult(BaseModel):
     engine: str | None = None  # the image's forgepatch.engine label
     packages: str | None = None  # the image's forgepatch.packages label (None: results written before)
     toolchain: Toolchain | None = None
+    # the packages the job's process imported (name -> None: not found); None: not reported
+    imported: dict[str, ImportedPackage | None] | None = None
     audit: AuditSummary | None = None  # the kernel audit of the image, from the build record
     finished_at: str | None = None  # UTC, ISO 8601
 

@@ -13,6 +13,13 @@ stamp>`` (and stays in the branch's reflog). Drift on a required site moves noth
 The branch is tied to its pin: a matrix pin given with ``--pin`` must record REV's identity
 (``combination.Upstream``), and every commit carries the pin, the upstream commit and its
 version as trailers (``combination.Trailer``) for ``release`` to check against the pin.
+
+A series that patches another package (FlashInfer) too gets a branch of the same name in that
+package's git checkout (``[pins.PIN.packages.NAME] repo``, else ``[packages.NAME] repo``: a
+local checkout) at the pin's git revision of it (``rev``), with that package's part of the
+series. Every part is run before any branch moves: a drift in any package moves nothing; a
+pin that names the package by a PyPI release, or a repository that is not a local checkout,
+is refused (exit 2) before anything runs.
 """
 
 from __future__ import annotations
@@ -51,16 +58,19 @@ class ForkResult:
     upstream: str
     version: str | None
     patchset: str
-    status: str  # "created" | "updated" | "unchanged" | "drift"
+    status: str  # "created" | "updated" | "unchanged" | "drift" | "held" (another package drifted)
     head: str | None = None
     previous_head: str | None = None
     previous_ref: str | None = None
     commits: list[ForkCommit] = field(default_factory=list)
     apply: Any = None  # ApplyResult
+    package: str = "sglang"
+    repo: str | None = None  # the checkout the branch is in
+    packages: list["ForkResult"] = field(default_factory=list)  # the branches of the other packages
 
     @property
     def drift(self) -> bool:
-        return self.status == "drift"
+        return self.status == "drift" or any(p.drift for p in self.packages)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -76,6 +86,9 @@ class ForkResult:
             "previous_ref": self.previous_ref,
             "commits": [c.to_json() for c in self.commits],
             "patches": [p.to_json() for p in self.apply.patches] if self.apply is not None else [],
+            "package": self.package,
+            "repo": self.repo,
+            "packages": [p.to_json() for p in self.packages],
         }
 
 
@@ -122,28 +135,113 @@ def fork(
     from forgepatch.arch import get_arch
 
     arch = get_arch(arch_name)
+    from forgepatch.patching.series import for_package, load_series, packages_of
+
+    full = load_series(matrix, arch, patches_dir)
     with GitRepo(repo_path) as repo:
         pin, found, tree = choose_pin(matrix, repo, rev, pin)
         branch = branch_name(arch.name, pin)
         if not repo.valid_ref(f"refs/heads/{branch}"):
             raise BadInput(f"--pin: {pin!r} does not make a valid branch name ({branch})")
-
-        from forgepatch.patching.series import load_series
-
-        from forgepatch.patching.series import for_package
-
-        # the fork branch is of the sglang repository: the sglang part of the series
-        series = for_package(load_series(matrix, arch, patches_dir), "sglang", matrix)
-        patchset = series.hash
+        # the other packages' checkouts and revisions, checked before anything runs
+        others = [_package_target(matrix, full, arch.name, pin, name) for name in packages_of(full) if name != "sglang"]
+        # the sglang repository's branch: the sglang part of the series
+        series = for_package(full, "sglang", matrix)
         from forgepatch import progress
 
+        # every other package's part first, in memory: a drift there moves no branch at all
+        drifted = [_drift_result(t, arch, pin, branch, progress) for t in others]
+        if any(d is not None for d in drifted):
+            from forgepatch.patching.series import run_series
+
+            with progress.task(f"patching {found.revision[:12]} for {arch.name}"):
+                result = run_series(series, tree, found.version)
+            # "held": this part holds, but another package's drifted, so no branch moves
+            out = ForkResult(arch.name, pin, branch, found.revision, found.version, series.hash,
+                             "drift" if result.drift else "held", apply=result, repo=str(repo.root))
+            out.packages = [d for d in drifted if d is not None]
+            return out
         with repo.lock():
             try:
-                return _fork_locked(repo, series, tree, found, arch, pin, branch, patchset, progress)
+                out = _fork_locked(repo, series, tree, found, arch, pin, branch, series.hash, progress)
             except GitError as exc:
                 from forgepatch.errors import Failure
 
                 raise Failure(worktrees.ref_lock_message(repo, exc) or str(exc)) from None
+        out.repo = str(repo.root)
+    if out.drift:
+        return out
+    for target in others:
+        out.packages.append(_fork_package(target, arch, pin, branch, progress))
+    return out
+
+
+@dataclass
+class _PackageTarget:
+    name: str
+    checkout: Path
+    rev: str
+    package_dir: str
+    series: Any  # its part of the series
+
+
+def _package_target(matrix, full, arch: str, pin: str, name: str) -> _PackageTarget:
+    """Where package ``name``'s fork branch goes (BadInput, one line, when it cannot)."""
+    from forgepatch.packages import get
+    from forgepatch.patching.series import for_package
+
+    info = get(name, matrix)
+    pp = matrix.pins[pin].packages.get(name) if pin in matrix.pins else None
+    patch = next(p.id for p in full.patches if p.package == name)
+    if pp is None or not pp.rev:
+        named = ("no version of it" if pp is None else f"it by its PyPI release {pp.pypi}")
+        raise BadInput(f"fork: the {arch} series patches {name} too (patch {patch}); its fork branch is made in "
+                       f"a git checkout of {name} at the pin's revision of it, and pin {pin!r} names {named}: "
+                       f"set [pins.\"{pin}\".packages.{name}] rev = \"COMMIT\" and repo = \"CHECKOUT\" in matrix.toml")
+    checkout = pp.repo or info.repo
+    if not checkout or "://" in checkout or checkout.startswith("git@") or not Path(checkout).expanduser().is_dir():
+        raise BadInput(f"fork: {name}'s repository {checkout!r} is not a local git checkout "
+                       f"(set [pins.\"{pin}\".packages.{name}] repo, or [packages.{name}] repo, to one)")
+    return _PackageTarget(name, Path(checkout).expanduser(), pp.rev, info.package_dir, for_package(full, name, matrix))
+
+
+def _package_tree(repo: GitRepo, target: _PackageTarget):
+    flag = f"pins.PIN.packages.{target.name}.rev"
+    sha = repo.resolve(target.rev, flag)
+    try:
+        tree = repo.tree(sha, target.package_dir)
+    except BadInput:
+        raise BadInput(f"{flag}: no {target.name} package at {target.package_dir}/ in {repo.root} at {sha[:12]}") from None
+    return tree, Upstream("git", tree.version(), sha)
+
+
+def _drift_result(target: _PackageTarget, arch, pin: str, branch: str, progress) -> ForkResult | None:
+    """The package's part of the series run in memory: its drift result, or None."""
+    from forgepatch.patching.series import run_series
+
+    with GitRepo(target.checkout, f"packages.{target.name}.repo") as repo:
+        tree, found = _package_tree(repo, target)
+        with progress.task(f"patching {target.name} {found.revision[:12]} for {arch.name}"):
+            result = run_series(target.series, tree, found.version)
+        if not result.drift:
+            return None
+        return ForkResult(arch.name, pin, branch, found.revision, found.version, target.series.hash, "drift",
+                          apply=result, package=target.name, repo=str(repo.root))
+
+
+def _fork_package(target: _PackageTarget, arch, pin: str, branch: str, progress) -> ForkResult:
+    """The package's branch in its checkout (as the sglang one: ``_fork_locked``)."""
+    with GitRepo(target.checkout, f"packages.{target.name}.repo") as repo:
+        tree, found = _package_tree(repo, target)
+        with repo.lock():
+            try:
+                out = _fork_locked(repo, target.series, tree, found, arch, pin, branch, target.series.hash, progress)
+            except GitError as exc:
+                from forgepatch.errors import Failure
+
+                raise Failure(worktrees.ref_lock_message(repo, exc) or str(exc)) from None
+        out.package, out.repo = target.name, str(repo.root)
+        return out
 
 
 def _fork_locked(repo: GitRepo, series, tree, found: Upstream, arch, pin: str, branch: str, patchset: str,

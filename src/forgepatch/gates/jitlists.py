@@ -7,7 +7,8 @@ Read with ``ast`` (nothing is imported). A list admits an arch when it lists the
 ``None`` or an empty list admits every arch (FlashInfer's ``get_nvcc_flags_list`` filters only
 on a non-empty list: checked on the 0.6.1 and 0.7.2 wheels); a value that is not a literal
 list or tuple of ints cannot be evaluated here: ``unverified``, with its file:line, never a
-guess. A module-level constant assigned exactly once to such a literal (``_SUPPORTED_MAJOR_VERSIONS
+guess; so is a file that names the keyword but does not parse or is not UTF-8 (one list at its
+first mention). A module-level constant assigned exactly once to such a literal (``_SUPPORTED_MAJOR_VERSIONS
 = [12]``), and ``list(...)``/``tuple(...)`` of one, is read as that literal.
 """
 
@@ -59,7 +60,7 @@ def read_lists(text: str, rel: str, keyword: str = KEYWORD) -> list[JitList]:
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return []
+        return [_unreadable(text, rel, keyword, "the module does not parse")]
     out: list[JitList] = []
     constants = _module_constants(tree)
 
@@ -76,6 +77,25 @@ def read_lists(text: str, rel: str, keyword: str = KEYWORD) -> list[JitList]:
 
     visit(tree, "")
     return sorted(out, key=lambda j: j.line)
+
+
+def _unreadable(text: str, rel: str, keyword: str, why: str) -> JitList:
+    """A file that names ``keyword`` but cannot be read: one unverified list at its first
+    mention (never an empty answer that reads as "no list here")."""
+    line = next((n for n, ln in enumerate(text.splitlines(), 1) if keyword in ln), 1)
+    return JitList(rel, line, "", None, f"<{why}>")
+
+
+def lists_of_bytes(data: bytes, rel: str, keyword: str = KEYWORD) -> list[JitList]:
+    """``read_lists`` of a file's bytes; a file that is not UTF-8 but names the keyword is
+    one unverified list."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        if keyword.encode() not in data:
+            return []
+        return [_unreadable(data.decode("utf-8", "replace"), rel, keyword, "not UTF-8")]
+    return read_lists(text, rel, keyword)
 
 
 def _module_constants(tree: ast.Module) -> dict[str, ast.AST]:
@@ -118,9 +138,11 @@ def scan(package: Path, keyword: str = KEYWORD) -> list[JitList]:
         for name in sorted(filenames):
             if name.endswith(".py"):
                 path = Path(dirpath, name)
+                rel = path.relative_to(package).as_posix()
                 try:
-                    text = path.read_text(encoding="utf-8")
-                except (OSError, UnicodeDecodeError):
+                    data = path.read_bytes()
+                except OSError as exc:
+                    out.append(JitList(rel, 1, "", None, f"<cannot read it: {exc.strerror or exc}>"))
                     continue
-                out += read_lists(text, path.relative_to(package).as_posix(), keyword)
+                out += lists_of_bytes(data, rel, keyword)
     return sorted(out, key=lambda j: (j.file, j.line))

@@ -6,6 +6,12 @@ rules from :mod:`forgepatch.arch`. A library passes when each of its fatbins has
 target that runs on the arch or PTX the driver can JIT-compile for it; it has **none** when
 no fatbin does (exit 1), it is **partial** when some do and some don't (a warning: libraries
 often build Hopper- or Blackwell-only kernels in their own files; ``--strict`` fails it).
+
+Besides cubins, the JIT arch lists of the FlashInfer installed there
+(:mod:`forgepatch.images.jit_audit`, evaluated by :mod:`forgepatch.gates.jitlists`): a list
+that cannot be evaluated fails the audit (exit 1), lists that do not list the arch's major are
+findings with their file:line (a warning, as ``partial``: FlashInfer builds sm100-only modules;
+``--strict`` fails them).
 """
 
 from __future__ import annotations
@@ -20,6 +26,11 @@ from forgepatch.arch import Arch, compatibility, target_runs_on
 from forgepatch.errors import BadInput
 from forgepatch.images.fatbin import Entry, FatbinError, is_elf, read_fatbins, target_sort_key
 from forgepatch.images.image_files import is_shared_object_name
+from forgepatch.images.jit_audit import Collector, JitAudit, audit_package, judge as judge_jit
+from forgepatch.gates.jitlists import REJECTS, UNVERIFIED
+from forgepatch.packages import KNOWN
+
+JIT_PACKAGE = KNOWN["flashinfer"]  # the package whose JIT arch lists the audit reads
 
 SCHEMA = "forgepatch-audit/1"
 # library statuses; FAILING ones make the audit exit 1
@@ -58,6 +69,7 @@ class AuditReport:
     strict: bool = False
     libraries: list[LibraryAudit] = field(default_factory=list)  # CUDA libraries (and unreadable ELF)
     stats: dict[str, Any] = field(default_factory=dict)
+    jit: JitAudit | None = None  # FlashInfer's JIT arch lists (absent: said so)
 
     @property
     def failing(self) -> list[LibraryAudit]:
@@ -65,8 +77,15 @@ class AuditReport:
         return [lib for lib in self.libraries if lib.status in bad]
 
     @property
+    def jit_failing(self) -> bool:
+        """The JIT lists fail the audit: one cannot be evaluated (or the package was not read
+        where it is installed); with ``strict``, one does not list the arch's major."""
+        bad = (UNVERIFIED, REJECTS) if self.strict else (UNVERIFIED,)
+        return self.jit is not None and self.jit.status in bad
+
+    @property
     def ok(self) -> bool:
-        return not self.failing
+        return not self.failing and not self.jit_failing
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -79,6 +98,7 @@ class AuditReport:
             "strict": self.strict,
             "failing": [lib.path for lib in self.failing],
             "libraries": [lib.to_json() for lib in self.libraries],
+            "jit": self.jit.to_json() if self.jit is not None else None,
             "stats": self.stats,
         }
 
@@ -187,10 +207,23 @@ def audit_dir(root: Path, arch: Arch, strict: bool = False, progress: Progress |
         except OSError as exc:
             _add(report, stats, LibraryAudit(str(path.relative_to(root)), size, UNREADABLE,
                                              f"cannot read it: {exc.strerror or exc}"), 0)
+    report.jit = _jit_of_dir(root, arch)
     stats["seconds"] = round(time.perf_counter() - started, 3)
     report.stats = stats
     report.libraries.sort(key=lambda lib: lib.path)
     return report
+
+
+def _jit_of_dir(root: Path, arch: Arch) -> JitAudit:
+    """The JIT lists of ``root/IMPORT`` (a site-packages, an ``apply --out`` tree), read in place."""
+    collector = Collector(JIT_PACKAGE)
+    for path in sorted(root.glob("*.dist-info/METADATA")) + sorted((root / JIT_PACKAGE.import_name).rglob("*.py")):
+        if collector.keep(path.as_posix()):
+            try:
+                collector.add(path.as_posix(), path.read_bytes())
+            except OSError:
+                collector.add(path.as_posix(), None)
+    return judge_jit(collector, collector.package_dirs([root.as_posix()]), arch.cc[0], [])
 
 
 def shared_objects(root: Path):
@@ -232,11 +265,14 @@ def audit_image(image: str, arch: Arch, strict: bool = False, progress: Progress
             stats["bytes_streamed"] += n
             _emit(progress, "bytes", n=n)
 
+        collector = Collector(JIT_PACKAGE)
         for root in roots:
-            for member in files.shared_objects(root, streamed):
+            for member in files.shared_objects(root, streamed, collector.keep, collector.add):
                 _emit(progress, "file", path=member.path, size=member.size)
                 stats["bytes_total"] += member.size
                 _add(report, stats, *judge(member.path, member.size, member.fileobj, arch))
+        report.jit = audit_package(collector, roots, arch.cc[0],
+                                   lambda d, keep: files.read_files(d, keep, streamed))
     stats["seconds"] = round(time.perf_counter() - started, 3)
     report.stats = stats
     report.libraries.sort(key=lambda lib: lib.path)

@@ -21,15 +21,16 @@ from forgepatch.infra.refs import repository
 from forgepatch.images.spec import ImageSpec
 
 NAME = re.compile(r"^[A-Za-z0-9_-]+$")
-TARGET_KEYS = {"context", "dockerfile", "args", "tags", "labels", "network"}
+TARGET_KEYS = {"context", "dockerfile", "args", "tags", "labels", "network", "platforms"}
 
 
 def target_name(spec: ImageSpec) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", f"{spec.pin}-{spec.arch.name}")
 
 
-def bake_document(specs: list[ImageSpec], out_dir: Path) -> dict[str, Any]:
-    """The bake file for ``specs``; contexts are written relative to ``out_dir``."""
+def bake_document(specs: list[ImageSpec], out_dir: Path, platform: str | None = None) -> dict[str, Any]:
+    """The bake file for ``specs``; contexts are written relative to ``out_dir``; ``platform``
+    (``linux/arm64``): every target is built for it."""
     targets: dict[str, Any] = {}
     groups: dict[str, list[str]] = {"default": []}
     for spec in specs:
@@ -44,6 +45,7 @@ def bake_document(specs: list[ImageSpec], out_dir: Path) -> dict[str, Any]:
             "tags": [spec.tag, spec.moving_tag],
             "labels": labels,
             "network": "none",
+            **({"platforms": [platform]} if platform else {}),
         }
         groups["default"].append(name)
         groups.setdefault(spec.arch.name, []).append(name)
@@ -68,6 +70,9 @@ def validate(doc: Any, base_dir: Path) -> list[str]:
             continue
         if set(t) - TARGET_KEYS:
             problems.append(f"{where}: unknown keys {sorted(set(t) - TARGET_KEYS)}")
+        if "platforms" in t and (not isinstance(t["platforms"], list) or not t["platforms"]
+                                 or not all(isinstance(p, str) for p in t["platforms"])):
+            problems.append(f"{where}: platforms must be a non-empty list of strings")
         ctx = base_dir / str(t.get("context", ""))
         if not (ctx / str(t.get("dockerfile", "Dockerfile"))).is_file():
             problems.append(f"{where}: no Dockerfile in context {t.get('context')!r}")
@@ -123,12 +128,16 @@ def write_bake(doc: dict[str, Any], out: Path) -> None:
 
 def bake_matrix(
     matrix, patches_dir: Path, out: Path | None, *, arches: list[str] | None = None, pins: list[str] | None = None,
-    contexts_dir: Path | None = None, on_target=None,
+    contexts_dir: Path | None = None, on_target=None, platform: str | None = None, on_warning=None,
 ) -> dict[str, Any]:
     """Patch and assemble a context for every configured arch x pin, then write the bake file
     (``out`` None: nothing is written, the document's paths are relative to the current
-    directory; the caller prints it)."""
+    directory; the caller prints it). A base image the local engine has is read as ``build``
+    reads it (its wheel of the pin, its platform = ``platform``); one it lacks is said through
+    ``on_warning``: its target overlays the ``.py`` files of this host's wheel."""
     from forgepatch.images.prepare import prepare, resolve_target
+
+    facts: dict[str, Any] = {}
 
     base = Path(out).absolute().parent if out is not None else Path.cwd()
     contexts = Path(contexts_dir).absolute() if contexts_dir else base / "bake-contexts"
@@ -142,11 +151,18 @@ def bake_matrix(
             target = resolve_target(matrix, arch_name, pin=pin)
             if on_target:
                 on_target(target)
-            prepared = prepare(target, matrix, patches_dir, contexts / image_tag(target.pin, target.arch.name))
+            if target.base_image not in facts:
+                facts[target.base_image] = local_base(target.base_image, platform)
+            if facts[target.base_image] is None and on_warning is not None:
+                on_warning(f"bake: base image {target.base_image} is not in the local Docker engine: target "
+                           f"{target.pin}-{target.arch.name} overlays the .py files of this host's wheel, not the "
+                           f"complete package of the base's wheel (`docker pull {target.base_image}` first)")
+            prepared = prepare(target, matrix, patches_dir, contexts / image_tag(target.pin, target.arch.name),
+                               base=facts[target.base_image])
             specs.append(prepared.spec)
     if not specs:
         raise BadInput("bake: no arch x pin selected")
-    doc = bake_document(specs, base)
+    doc = bake_document(specs, base, platform)
     if out is None:
         problems = validate(doc, base)
         if problems:
@@ -154,3 +170,20 @@ def bake_matrix(
     else:
         write_bake(doc, out)
     return doc
+
+
+def local_base(ref: str, platform: str | None):
+    """The base image's facts (``base_facts.read_base``) when the local engine has it (its
+    platform checked against ``platform``); None when the engine is down or lacks it."""
+    from forgepatch.images.base_facts import read_base
+    from forgepatch.images.platforms import check_base_platform
+    from forgepatch.infra.dockerapi import api as connect
+
+    try:
+        api = connect()
+        inspect = api.inspect_image(ref)
+    except Exception:  # noqa: BLE001 - no engine, or no such image here: the caller says so
+        return None
+    if platform is not None:
+        check_base_platform(ref, inspect, platform)
+    return read_base(api, ref, inspect["Id"])

@@ -63,6 +63,7 @@ class BuildResult:
     push_seconds: float | None = None
     audit: dict[str, Any] | None = None  # build --audit: the kernel audit's verdict (records.AuditSummary)
     registry_hit: bool = False  # build --push: the registry had this content; nothing built here
+    platform: str | None = None  # the image's OS/ARCH (its config's), linux/amd64 or linux/arm64
 
     @property
     def rebuilt_steps(self) -> list[str]:
@@ -77,6 +78,7 @@ class BuildResult:
             "push_seconds": None if self.push_seconds is None else round(self.push_seconds, 3),
             "audit": self.audit,
             "registry_hit": self.registry_hit,
+            "platform": self.platform,
             "tags": self.tags,
             "tag": self.tags[0],
             "content_hash": self.content_hash,
@@ -135,8 +137,12 @@ def build_image(
     force: bool = False,
     on_event: Event | None = None,
     log_path: Path | None = None,
+    platform: str | None = None,
 ) -> BuildResult:
-    """Build (or find) the image for ``spec``. ``force`` rebuilds without the layer cache."""
+    """Build (or find) the image for ``spec``. ``force`` rebuilds without the layer cache.
+    ``platform`` (``linux/arm64``): the engine builds for it (the base must be of it)."""
+    from forgepatch.images.platforms import image_platform
+
     emit = on_event or (lambda kind, data: None)
     started = time.perf_counter()
     api = api or connect()
@@ -144,10 +150,11 @@ def build_image(
     tags = [spec.tag, spec.moving_tag]
 
     def result(image_id: str, hit: bool, labels: dict[str, str], steps: list[Step]) -> BuildResult:
+        inspect = api.inspect_image(image_id)
         return BuildResult(
             image_id, tags, spec.content_hash, hit, time.perf_counter() - started, spec.arch.name, spec.pin,
             spec.base_image, labels, steps, log_path if not hit else None, spec.context.root,
-            digest=repo_digest(api.inspect_image(image_id), spec.repo),
+            digest=repo_digest(inspect, spec.repo), platform=image_platform(inspect),
         )
 
     if not force:
@@ -158,7 +165,7 @@ def build_image(
             return result(cached, True, api.inspect_image(cached)["Config"].get("Labels") or {}, [])
 
     labels = spec.labels(base_id, datetime.now(timezone.utc))
-    image_id, steps = _run_build(api, spec, labels, force, emit, log_path)
+    image_id, steps = _run_build(api, spec, labels, force, emit, log_path, platform)
     check_labels(api, image_id, labels, spec)
     _tag(api, image_id, tags[1:])
     return result(image_id, False, labels, steps)
@@ -182,7 +189,7 @@ def check_labels(api, image_id: str, want: dict[str, str], spec: ImageSpec) -> N
         )
 
 
-def _run_build(api, spec, labels, nocache, emit, log_path):
+def _run_build(api, spec, labels, nocache, emit, log_path, platform=None):
     from docker.errors import APIError, DockerException
 
     lines: list[str] = []
@@ -195,7 +202,7 @@ def _run_build(api, spec, labels, nocache, emit, log_path):
         stream = api.build(
             fileobj=spec.context.tar_chunks(), custom_context=True, tag=spec.tag, rm=True, forcerm=True,
             nocache=nocache, pull=False, buildargs=spec.engine_args(labels), network_mode="none", decode=True,
-            use_config_proxy=False,
+            use_config_proxy=False, **({"platform": platform} if platform else {}),
         )
         for chunk in stream:
             if "stream" in chunk:

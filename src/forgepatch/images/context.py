@@ -18,6 +18,8 @@ Layout (the shipped Dockerfile reads exactly this)::
     overlay-packages/<name>/  files of each other package that differ from its upstream
     overlay/sglang/           files that differ from upstream (the whole patched package goes
                               to upstream/sglang.tar.gz when no upstream tree is given)
+    copy/                     with the COPY-only Dockerfile (a base of another platform): the
+                              .pth and the sglang-target record it copies into place
 
 Entries are sorted, modes normalised (0644 / 0755), mtimes and owners fixed, so the same inputs
 give the same tar stream and the same digest on every machine. ``.git``, ``__pycache__`` and
@@ -175,6 +177,7 @@ def assemble(
     secrets: dict[str, str] | None = None,
     tar_cache: Path | None = None,
     others: Iterable[OtherPackage] = (),
+    copy_files: dict[str, bytes] | None = None,
 ) -> BuildContext:
     """Write (sync) the build context into ``dest`` and return it with its digest.
 
@@ -212,6 +215,11 @@ def assemble(
     try:
         ctx = _plan(plan, package and Path(package), upstream and Path(upstream), changes, wheels, dockerfile,
                     installer, Path(package_dir), tar_cache, others)
+        if copy_files:  # the COPY-only Dockerfile's files (copy/NAME), digest made again with them
+            for name, data in sorted(copy_files.items()):
+                plan.put(f"copy/{name}", data, f"copy/{name}")
+            ctx.entries = plan.entries()
+            ctx.digest = hashlib.sha256("".join(e.line() for e in ctx.entries).encode()).hexdigest()
         ctx.files_written = _sync(plan, ctx.entries, dest)
     except OSError as exc:
         where = exc.filename or dest

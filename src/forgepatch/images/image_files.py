@@ -29,6 +29,7 @@ PREFIXES = ("/usr", "/usr/local", "/opt/conda", "/opt/venv", "/venv", "/root/.lo
 PY_MINORS = range(6, 16)
 LEAVES = ("site-packages", "dist-packages")
 SPOOL_IN_MEMORY = 64 << 20  # larger shared objects are spooled to disk
+TEXT_LIMIT = 4 << 20  # other files read while streaming (sources, .pth) are kept up to this size
 _SYMLINK = 1 << 27  # Go's os.ModeSymlink, as the engine reports a path's mode
 _DIR = 1 << 31  # Go's os.ModeDir
 
@@ -144,15 +145,26 @@ class ImageFiles:
         dirs = sorted(r for r in found if r and (self._stat_cached(r) or {}).get("mode", 0) & _DIR)
         return [r for r in dirs if not any(r != o and r.startswith(o.rstrip("/") + "/") for o in dirs)]
 
-    def shared_objects(self, root: str, on_bytes: Callable[[int], None] | None = None) -> Iterator[Member]:
+    def shared_objects(self, root: str, on_bytes: Callable[[int], None] | None = None,
+                       keep: Callable[[str], bool] | None = None,
+                       on_file: Callable[[str, bytes | None], None] | None = None,
+                       elf: bool = True) -> Iterator[Member]:
         """Each ELF shared object under ``root``, streamed once; non-ELF files named ``*.so``
-        are skipped, as are links (the file they point to is read where it lives)."""
+        are skipped, as are links (the file they point to is read where it lives). Other
+        regular files whose absolute path ``keep`` accepts are handed to ``on_file`` as they
+        pass (their bytes; None for one over ``TEXT_LIMIT``); ``elf=False`` yields no shared
+        object (only the files kept)."""
         chunks, _stat = self.api.get_archive(self.container, root)
         parent = posixpath.dirname(root.rstrip("/"))
         stream = io.BufferedReader(_ChunkReader(chunks, on_bytes), 1 << 20)
         with tarfile.open(fileobj=stream, mode="r|") as tar:
             for info in tar:
-                if not info.isreg() or not is_shared_object_name(info.name):
+                if not info.isreg():
+                    continue
+                path = posixpath.join(parent, info.name)
+                if not elf or not is_shared_object_name(info.name):
+                    if keep is not None and on_file is not None and keep(path):
+                        on_file(path, tar.extractfile(info).read() if info.size <= TEXT_LIMIT else None)
                     continue
                 source = tar.extractfile(info)
                 head = source.read(4)
@@ -162,7 +174,24 @@ class ImageFiles:
                     spool.write(head)
                     shutil.copyfileobj(source, spool, 1 << 20)
                     spool.seek(0)
-                    yield Member(posixpath.join(parent, info.name), info.size, spool)
+                    yield Member(path, info.size, spool)
+
+    def read_files(self, root: str, keep: Callable[[str], bool],
+                   on_bytes: Callable[[int], None] | None = None) -> tuple[str, dict[str, bytes | None]] | None:
+        """``root`` with its symlinks resolved and the regular files under it that ``keep``
+        accepts (absolute path -> bytes, None over ``TEXT_LIMIT``); None when it is not a
+        directory."""
+        real = self._realpath(root)
+        if real is None or not (self._stat_cached(real) or {}).get("mode", 0) & _DIR:
+            return None
+        found: dict[str, bytes | None] = {}
+        for _ in self.shared_objects(real, on_bytes, keep, found.__setitem__, elf=False):
+            pass
+        return real, found
+
+    def realpath(self, path: str) -> str | None:
+        """``path`` in the image with its symlinks resolved; None when it does not exist."""
+        return self._realpath(posixpath.normpath(path))
 
 
 class _ChunkReader(io.RawIOBase):

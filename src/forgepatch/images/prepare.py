@@ -14,10 +14,10 @@ from forgepatch.arch import Arch, get_arch
 from forgepatch.combination import PackageIdentity, Upstream, image_tag, tag_safe
 from forgepatch.patching.identity import engine_version
 from forgepatch.errors import BadInput, Failure
-from forgepatch.images.base_facts import Wanted
+from forgepatch.images.base_facts import BaseFacts, Wanted
 from forgepatch.images.context import BuildContext, OtherPackage, assemble, check_dest, secret_values
 from forgepatch.images.spec import ImageSpec, SourceFacts
-from forgepatch.paths import IMAGE_INSTALLER, PACKAGE_DIR, SHIPPED_DOCKERFILE, cache_dir
+from forgepatch.paths import COPY_DOCKERFILE, IMAGE_INSTALLER, PACKAGE_DIR, SHIPPED_DOCKERFILE, cache_dir
 
 
 @dataclass
@@ -93,13 +93,16 @@ def check_source_is_pin(target: Target, found: Upstream, label: str) -> None:
 def build_context(
     dest: Path, package: Path | None, upstream: Path | None = None, wheels: list[Path] | None = None,
     changes: dict[str, str] | None = None, others: list[OtherPackage] | None = None,
+    copy_files: dict[str, bytes] | None = None,
 ) -> BuildContext:
     """Assemble the context with the shipped Dockerfile, installer and in-image package: from
-    a patched package dir, or from ``upstream`` + the patch engine's ``changes``."""
+    a patched package dir, or from ``upstream`` + the patch engine's ``changes``. With
+    ``copy_files`` the COPY-only Dockerfile (``Dockerfile.copy``) and those files."""
     return assemble(
-        dest, package=package, upstream=upstream, changes=changes, wheels=wheels or [], dockerfile=SHIPPED_DOCKERFILE,
+        dest, package=package, upstream=upstream, changes=changes, wheels=wheels or [],
+        dockerfile=COPY_DOCKERFILE if copy_files else SHIPPED_DOCKERFILE,
         installer=IMAGE_INSTALLER, package_dir=PACKAGE_DIR, secrets=secret_values(),
-        tar_cache=cache_dir("upstream-tars"), others=others or [],
+        tar_cache=cache_dir("upstream-tars"), others=others or [], copy_files=copy_files,
     )
 
 
@@ -114,9 +117,14 @@ class Prepared:
     packages: list[Wanted] = field(default_factory=list)  # every package the image carries, sglang first
 
 
-def prepare(target: Target, matrix, patches_dir: Path, context_dir: Path | None = None) -> Prepared:
+def prepare(target: Target, matrix, patches_dir: Path, context_dir: Path | None = None,
+            base: BaseFacts | None = None, copy_only: bool = False) -> Prepared:
     """Check the source against the pin, run the arch's series on every package it patches
-    (a drift in any package: nothing is built), assemble the context."""
+    (a drift in any package: nothing is built), assemble the context. With ``base`` (the base
+    image's facts) a PyPI pin's SGLang is the complete package of THE wheel of the pin that
+    base installs (``base_tree``); without, the ``.py`` files of this host's wheel.
+    ``copy_only`` (a base of another platform than the engine's, read from its files): the
+    COPY-only Dockerfile, told where the package goes (``copy_destinations``)."""
     dest = context_dir or default_context_dir(target.pin, target.arch.name)
     check_dest(dest)
     try:
@@ -129,11 +137,13 @@ def prepare(target: Target, matrix, patches_dir: Path, context_dir: Path | None 
     from forgepatch.sources import resolve_source
 
     series = load_series(matrix, target.arch, patches_dir)
-    tree = resolve_source(target.source, matrix)
-    if target.pin in matrix.pins and target.source == matrix.pins[target.pin].source:
-        from forgepatch.wheels import check_pin
+    tree = base_tree(target, matrix, base) if base is not None else None
+    if tree is None:
+        tree = resolve_source(target.source, matrix)
+        if target.pin in matrix.pins and target.source == matrix.pins[target.pin].source:
+            from forgepatch.wheels import check_pin
 
-        check_pin(target.pin, matrix.pins[target.pin], tree)  # the wheel is the one the pin records
+            check_pin(target.pin, matrix.pins[target.pin], tree)  # the wheel is the one the pin records
     upstream = Upstream.of_source(tree)
     check_source_is_pin(target, upstream, tree.label)
     # other packages first: a missing package pin is bad input before any patching
@@ -152,13 +162,14 @@ def prepare(target: Target, matrix, patches_dir: Path, context_dir: Path | None 
     sg_result = runs[0][1]
     extra = [OtherPackage(get(src.package_name, matrix).import_name, Path(src.package), result.changed_bytes())
              for src, result, _ in runs[1:]]
+    copy_files, install_args = copy_destinations(target, base, extra) if copy_only else (None, {})
     ctx = build_context(dest, None, upstream=Path(tree.package), wheels=target.wheels,
-                        changes=sg_result.changed_bytes(), others=extra)
+                        changes=sg_result.changed_bytes(), others=extra, copy_files=copy_files)
     ids = tuple(PackageIdentity(src.package_name, Upstream.of_source(src), hash_) for src, _, hash_ in runs)
     spec = ImageSpec(
         target.arch, target.pin, target.repo, target.base_image, ctx, SourceFacts(upstream, matrix.upstream.repo),
         patchset=series.hash, patches=target.patches, extra_args=target.extra_args, engine=engine_version(),
-        package_ids=ids,
+        package_ids=ids, install_args=install_args,
     )
     doc = sg_result.to_json()
     doc["source"], doc["upstream_revision"] = tree.label, tree.revision
@@ -169,6 +180,49 @@ def prepare(target: Target, matrix, patches_dir: Path, context_dir: Path | None 
         info = get(src.package_name, matrix)
         wanted.append(Wanted(info.name, info.dist, info.import_name, src.version))
     return Prepared(spec, doc, wanted)
+
+
+def copy_destinations(target: Target, base: BaseFacts | None, others) -> tuple[dict[str, bytes], dict[str, str]]:
+    """Where the COPY-only Dockerfile puts things in ``base`` (read from its files): the files
+    it copies (``copy/...``) and its build args. BadInput (one line) for what it cannot do
+    without running the base: extra wheels, other patched packages, a base whose python3's
+    site directory or sglang directory is unknown."""
+    import posixpath
+
+    ref = target.base_image
+    if base is None:
+        raise BadInput(f"base image {ref}: its files were not read; cannot build it without running it")
+    if target.wheels:
+        raise BadInput(f"arches.{target.arch.name}.extra_wheels: installing wheels needs a RUN step in the base, "
+                       f"and {ref} is of another platform than this Docker engine: build on a host of its platform")
+    if others:
+        raise BadInput(f"base image {ref} is of another platform than this Docker engine: the series patches "
+                       f"{', '.join(o.import_name for o in others)}, which only a RUN step places; build on a host "
+                       "of its platform")
+    installed = base.packages.get("sglang")
+    where = installed.dir if installed is not None and installed.dir else (
+        posixpath.join(base.site, "sglang") if base.site else None)
+    if where is None or base.site is None or posixpath.basename(where) != "sglang":
+        raise BadInput(f"base image {ref}: cannot tell from its files where its python3 imports sglang from "
+                       f"(site directory {base.site or 'unknown'}); build on a host of its platform")
+    files = {"forgepatch-inimage.pth": b"/opt/forgepatch/inimage/python\n", "sglang-target": f"{where}\n".encode()}
+    return files, {"SGLANG_PARENT": posixpath.dirname(where), "SITE_DIR": base.site}
+
+
+def base_tree(target: Target, matrix, base: BaseFacts):
+    """The complete package (``.py``, ``.so``, configs, data) of the wheel of the target's
+    PyPI pin that ``base`` installs (its CPython, machine and glibc), checked against the
+    digest the pin records for that wheel (``wheels.base_wheel``: BadInput, one line, when no
+    wheel of the pin fits the base or the bytes are another wheel). None: the target is not a
+    PyPI pin of the matrix (a git or directory source: its ``.py`` files, as before)."""
+    pin = matrix.pins.get(target.pin)
+    if pin is None or not pin.pypi or target.source != pin.source:
+        return None
+    from forgepatch.sources import wheel_package_tree
+    from forgepatch.wheels import base_wheel
+
+    _tag, wheel, sha = base_wheel(target.pin, pin, base.python, base.machine, base.glibc, target.base_image)
+    return wheel_package_tree(wheel, pin.pypi, sha)
 
 
 def package_tree(matrix, target: Target, series, name: str):

@@ -49,8 +49,17 @@ def audit(api, result, arch, strict: bool = False, on_event: Event | None = None
 
 def audit_failure(summary: AuditSummary, ref: str) -> Failure:
     n = len(summary.failing)
-    return Failure(f"kernel audit of {ref}: {n} CUDA librar{'y has' if n == 1 else 'ies have'} no code for "
-                   f"{summary.arch}: {', '.join(summary.failing[:5])}{' ...' if n > 5 else ''} "
+    what = []
+    if n:
+        what.append(f"{n} CUDA librar{'y has' if n == 1 else 'ies have'} no code for "
+                    f"{summary.arch}: {', '.join(summary.failing[:5])}{' ...' if n > 5 else ''}")
+    if summary.jit is not None and (summary.jit.unverified or (summary.strict and summary.jit.rejecting)):
+        named = summary.jit.unverified or summary.jit.rejecting
+        what.append(f"{summary.jit.package} JIT lists {summary.jit.status} for {summary.arch}: {', '.join(named[:3])}"
+                    f"{' ...' if len(named) > 3 else ''}")
+    if not what and summary.jit is not None:  # found twice, or installed but not read where it is
+        what.append(f"{summary.jit.package} JIT lists {summary.jit.status} (not read where python3 imports it)")
+    return Failure(f"kernel audit of {ref}: {'; '.join(what)} "
                    f"(`forgepatch audit --arch {summary.arch} --image {ref}` lists what they have); not pushed")
 
 
@@ -75,9 +84,12 @@ def registry_hit(api, spec):
     if labels.get(LABEL["context_hash"]) != spec.content_hash or labels.get(LABEL["base_image_id"]) != base_id:
         return None
     seconds = time.perf_counter() - started
+    from forgepatch.images.platforms import image_platform
+
     return BuildResult(found.image_id, [spec.tag, spec.moving_tag], spec.content_hash, True, seconds, spec.arch.name,
                        spec.pin, spec.base_image, labels, [], None, spec.context.root, digest=found.digest_ref,
-                       uploaded=False, push_seconds=seconds, registry_hit=True)
+                       uploaded=False, push_seconds=seconds, registry_hit=True,
+                       platform=image_platform(api.inspect_image(base_id)))  # built FROM that base: its platform
 
 
 def fetch(api, result, on_event: Event | None = None) -> None:
@@ -114,6 +126,7 @@ def record(path: Path, result, audit: AuditSummary | None) -> Build:
         engine=labels.get(LABEL["engine"]), base_image=result.base_image, audit=audit,
         built_at=utctime.iso_seconds(),
         packages=[PackageBuild.of(p) for p in packages_of_labels(labels).values()],
+        platform=result.platform,
     )
     book.put(build)
     book.write(path)

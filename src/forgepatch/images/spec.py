@@ -44,6 +44,7 @@ class ImageSpec:
     extra_args: dict[str, str] = field(default_factory=dict)  # matrix arches.<a>.build_args
     # every package the image carries, sglang first (empty: sglang alone, from source + patchset)
     package_ids: tuple[PackageIdentity, ...] = ()
+    install_args: dict[str, str] = field(default_factory=dict)  # the COPY-only Dockerfile's destinations
 
     def __post_init__(self) -> None:
         refuse_secrets(self.build_args(), "build arg")
@@ -58,7 +59,7 @@ class ImageSpec:
         return self.package_ids or (PackageIdentity("sglang", self.source.upstream, self.patchset),)
 
     def build_args(self) -> dict[str, str]:
-        args = {"BASE_IMAGE": self.base_image, **self.arch.build_args(), **self.extra_args}
+        args = {"BASE_IMAGE": self.base_image, **self.arch.build_args(), **self.extra_args, **self.install_args}
         return dict(sorted(args.items()))
 
     def identity_labels(self) -> dict[str, str]:

@@ -68,6 +68,15 @@ class GitTree:
             return self._prefetched[rel]
         return self.repo.blob(self.blobs[rel])
 
+    def all_paths(self) -> list[str]:
+        """Every file of the package at this commit, not only ``.py`` (text patches and added
+        files read them: ``patching.fulltree``)."""
+        return sorted(self.blobs)
+
+    def read_any(self, rel: str) -> bytes | None:
+        """The bytes of any file of the package, or None when the commit has no such file."""
+        return self.read(rel) if rel in self.blobs else None
+
     def prefetch(self, rels: list[str]) -> None:
         """Read these files' blobs ahead of a scan (the engine asks before it starts)."""
         todo = [rel for rel in rels if rel not in self._prefetched]

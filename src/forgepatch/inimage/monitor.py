@@ -34,6 +34,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, Iterable
 
 from forgepatch.inimage.prefilter import Prefilter
+from forgepatch.inimage.imported import IMPORTED_PREFIX
+from forgepatch.inimage.imported import parse_line as parse_imported
 from forgepatch.inimage.toolchain import TOOLCHAIN_PREFIX
 from forgepatch.inimage.toolchain import parse_line as parse_toolchain
 from forgepatch.inimage.signatures import (
@@ -122,6 +124,7 @@ class Triage:
     also_seen: list[str] = field(default_factory=list)  # other signature ids after the last phase
     recovered: list[str] = field(default_factory=list)  # signature ids the run progressed past
     toolchain: dict | None = None  # what a [forgepatch-toolchain] line reported
+    imported: dict | None = None  # what a [forgepatch-imported] line reported (inimage.imported)
     notes: list[dict] = field(default_factory=list)  # {id, label, lineno, count, advice} of note signatures
     evidence: str | None = None  # what proves the run was healthy: "server reported ready (line 9)"
 
@@ -206,6 +209,7 @@ class Monitor:
         self.exit_code: int | None = None
         self.timed_out = False
         self.toolchain: dict | None = None
+        self.imported: dict | None = None
         # traceback parser state
         self._tb_active = False
         self._tb_frames = 0
@@ -274,6 +278,8 @@ class Monitor:
                 self.timed_out = True
             elif TOOLCHAIN_PREFIX in line and self.toolchain is None:
                 self.toolchain = parse_toolchain(line)
+            elif IMPORTED_PREFIX in line and self.imported is None:
+                self.imported = parse_imported(line)
 
         if ev := self._traceback(line, no, short):
             events.append(ev)
@@ -441,6 +447,7 @@ class Monitor:
             also_seen=sorted({h.signature for h in active} - {sig_id}),
             recovered=sorted({h.signature for h in recovered}),
             toolchain=self.toolchain,
+            imported=self.imported,
             notes=list(self.notes),
             evidence=evidence,
         )

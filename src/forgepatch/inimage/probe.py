@@ -25,7 +25,7 @@ from typing import Any, NoReturn, Sequence
 
 from forgepatch import arch as archmod
 from forgepatch.errors import BadInput
-from forgepatch.inimage import toolchain
+from forgepatch.inimage import imported, toolchain
 from forgepatch.inimage.harness import RankGroup, log_line, rank_check_result, run_check
 from forgepatch.inimage.probe_result import (
     EXIT_CODES, FAIL, INCOMPATIBLE, NO_GPU, PASS, CheckResult, aggregate_verdict,
@@ -123,6 +123,11 @@ def run_probe(args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
                                     settings=settings, toolchain=found)
 
     def finish(verdict: str, reason: str, checks: list[CheckResult], hung: bool = False):
+        if not hung:  # what this process imports (after torch, which FlashInfer imports itself)
+            t0 = time.monotonic()
+            doc_args["imported"] = imported.collect()
+            timings["imported_s"] = time.monotonic() - t0
+            print(imported.line(doc_args["imported"]), file=sys.stderr, flush=True)
         timings["total_s"] = time.monotonic() - _T0
         log_line(phase="verdict", verdict=verdict, seconds=round(timings["total_s"], 3))
         return build_document(verdict=verdict, reason=reason, checks=checks, timings=timings,

@@ -155,8 +155,10 @@ def build_document(
     timings: dict[str, float],
     seconds: float,
     toolchain: dict[str, Any] | None = None,
+    imported: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The probe's one JSON document (schema ``forgepatch.probe/1``)."""
+    """The probe's one JSON document (schema ``forgepatch.probe/1``; ``imported``: the SGLang and
+    FlashInfer this process imported, ``inimage.imported``)."""
     return {
         "schema": SCHEMA,
         "verdict": verdict,
@@ -166,6 +168,7 @@ def build_document(
         "expected_arch_source": expected_arch_source,
         "versions": versions,
         "toolchain": toolchain,
+        "imported": imported,
         "devices": devices,
         "torch_arch_list": torch_arch_list,
         "compatibility": compatibility,

@@ -30,7 +30,7 @@ import time
 import urllib.error
 import urllib.request
 
-from forgepatch.inimage import toolchain
+from forgepatch.inimage import imported, toolchain
 from forgepatch.inimage.monitor import Monitor
 from forgepatch.inimage.process import pump_lines, stop_group
 from forgepatch.inimage.signatures import SIGNATURES
@@ -123,7 +123,9 @@ class Driver:
         self.monitor.feed(say(msg))
 
     def argv(self) -> list[str]:
-        return shlex.split(self.args.launch) + [
+        """The launch command, run through ``inimage.imported`` when it is a Python one: the
+        server process prints the SGLang and FlashInfer it imported before it starts."""
+        return imported.wrap(shlex.split(self.args.launch)) + [
             "--model-path", self.args.model_path, "--host", "127.0.0.1", "--port", str(self.port), *self.tokens,
         ]
 

@@ -97,16 +97,29 @@ def for_package(series: Series, package: str, matrix: Any = None) -> Series:
     return Series(series.arch, mine)
 
 
-def sglang_only(series: Series, what: str) -> Series:
-    """``series`` for a stage that carries SGLang alone so far (the smoke local tree; ``build``
-    carries every package): a series that patches another package too is refused (exit 2),
-    never smoked without that package's patches."""
-    others = [p for p in series.patches if p.package != "sglang"]
-    if others:
-        raise BadInput(f"{what}: the {series.arch.name} series patches {others[0].package} too "
-                       f"(patch {others[0].id}); {what} carries the sglang package only so far: "
-                       f"use `forgepatch apply --out DIR` for every package")
-    return series
+def pin_package_tree(matrix: Any, pin: str, series: Series, name: str, what: str):
+    """The pin's release of package ``name`` besides sglang (``[pins.PIN.packages.NAME]``),
+    resolved (``sources.resolve_source``) and held to the wheel digest the pin records.
+    BadInput (``what`` names the stage) when the pin names none: a stage never carries the
+    package without the series' patches to it."""
+    from forgepatch.packages import get
+    from forgepatch.sources import resolve_source
+
+    pin_cfg = matrix.pins.get(pin)
+    pkg_pin = pin_cfg.packages.get(name) if pin_cfg is not None else None
+    patch = next((p.id for p in series.patches if p.package == name), "?")
+    if pkg_pin is None:
+        raise BadInput(f"{what}: the {series.arch.name} series patches {name} (patch {patch}), and pin "
+                       f"{pin!r} names no version of it: add [pins.\"{pin}\".packages.{name}] "
+                       f"pypi = \"VERSION\" to matrix.toml")
+    info = get(name, matrix)
+    src = resolve_source(pkg_pin.source(info.dist, info.repo), matrix)
+    if src.package_name != name:
+        raise BadInput(f"pins.{pin}.packages.{name}: its source {src.label} holds {src.package_name}, not {name}")
+    if pkg_pin.sha256 and src.revision != pkg_pin.sha256:
+        raise BadInput(f"pins.{pin}.packages.{name}: the wheel of {src.label} has sha256 "
+                       f"{str(src.revision)[:12]}, the pin records {pkg_pin.sha256[:12]}")
+    return src
 
 
 def packages_of(series: Series) -> list[str]:

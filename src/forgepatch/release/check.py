@@ -12,7 +12,7 @@ from typing import Any
 from forgepatch.combination import LABEL, Trailer, Upstream, branch_name, packages_problems, release_identity
 from forgepatch.combination.ledger import ProfileEvidence
 from forgepatch.combination.records import AuditSummary
-from forgepatch.combination.results import JobResult, Toolchain
+from forgepatch.combination.results import JobResult, Toolchain, imported_problems
 from forgepatch.errors import BadInput
 from forgepatch.infra.refs import same_digest
 from forgepatch.release import evidence as ev
@@ -240,6 +240,9 @@ def _judge_profile(prof: str, mine, image: ev.ImageFacts, patchset: str) -> tupl
         where = f" in {j.failing_phase}" if j.failing_phase else ""
         return Reason("failing-profile", f"profile {prof} {'failed' if j.status == 'fail' else j.status}: {what}"
                       f"{f' [{j.signature}]' if j.signature else ''}{where} (job {j.id}, {f.path})", prof), None
+    if problems := imported_problems(image.labels, j.imported):
+        return Reason("imported-packages", f"smoke results for {prof} (job {j.id}, {f.path}) ran with other packages "
+                      f"than image {image.ref or image.id[:19]} carries: {'; '.join(problems)}", prof), None
     # the toolchain re-read from its dump: the evidence records every field (None where unknown)
     record = ProfileEvidence(status="pass", job=j.id, finished_at=j.finished_at, image_id=j.image_id,
                              image_ref=j.image_digest, audit=j.audit,

@@ -106,6 +106,7 @@ def judge(spec: JobSpec, out: RunOutcome, runner: str = "") -> JobResult:
     doc = extract_json(out.stdout) if spec.kind == "probe" else None
     t = with_probe_verdict(out.triage, doc)
     found = (doc or {}).get("toolchain") or t.toolchain
+    imported = (doc or {}).get("imported") or t.imported
     labels = out.image_labels
     res = JobResult(
         id=spec.id, arch=spec.arch, pin=spec.pin, profile=spec.profile, kind=spec.kind, status="fail",
@@ -118,6 +119,7 @@ def judge(spec: JobSpec, out: RunOutcome, runner: str = "") -> JobResult:
         upstream=labels.get(LABEL["upstream"]), engine=labels.get(LABEL["engine"]),
         packages=labels.get(LABEL["packages"]),
         toolchain=Toolchain.model_validate(found) if isinstance(found, dict) else None,
+        imported=imported if isinstance(imported, dict) else None,
         finished_at=utctime.iso(),
     )
     seen = {p[0] for p in t.phases}
@@ -158,8 +160,9 @@ class LocalRunner:
     """Run jobs as processes on this host, each in its own session (``process.start_session``,
     ``process.follow_session``: stdout and stderr merged, as in a container's log).
 
-    With the matrix and patch library, a job that runs SGLang runs the pin's package patched
-    for its arch (``smoke.local_tree``: first on PYTHONPATH, checked before any job starts)."""
+    With the matrix and patch library, a job that runs SGLang (or another package the series
+    patches) runs the pin's packages patched for its arch (``smoke.local_tree``: first on
+    PYTHONPATH, checked before any job starts)."""
 
     name = "local"
 
@@ -168,6 +171,14 @@ class LocalRunner:
         self.matrix, self.patches = matrix, patches
         self.trees: dict[tuple[str, str], object] = {}
         self._checked: set = set()  # ((arch, pin), interpreter) whose `import sglang` was checked
+        self._imports: dict[str, tuple[str, ...]] = {}  # arch -> import names of the packages its series patches
+
+    def _runs_patched(self, spec: JobSpec) -> bool:
+        from forgepatch.smoke import local_tree
+
+        if spec.arch not in self._imports:
+            self._imports[spec.arch] = local_tree.patched_imports(self.matrix, self.patches, spec.arch)
+        return local_tree.runs_sglang(spec, self._imports[spec.arch])
 
     def available_gpus(self) -> list[int]:
         from forgepatch.smoke.gpus import host_gpus
@@ -182,7 +193,7 @@ class LocalRunner:
         if self.matrix is None:
             return
         for spec in jobs:
-            if not local_tree.runs_sglang(spec):
+            if not self._runs_patched(spec):
                 continue
             key = (spec.arch, spec.pin)
             if key not in self.trees:
@@ -212,10 +223,10 @@ class LocalRunner:
         return env_with(self._tree(spec), env)
 
     def _tree(self, spec: JobSpec):
-        """The patched tree a job runs on: its (arch, pin)'s, for a job that runs SGLang."""
-        from forgepatch.smoke.local_tree import runs_sglang
-
-        return self.trees.get((spec.arch, spec.pin)) if runs_sglang(spec) else None
+        """The patched tree a job runs on: its (arch, pin)'s, for a job that runs a patched package."""
+        if self.matrix is None:
+            return None
+        return self.trees.get((spec.arch, spec.pin)) if self._runs_patched(spec) else None
 
     def run(self, spec, gpu_ids, log_path, cancel, on_event=None) -> RunOutcome:
         sink = LogSink(spec, Path(log_path), on_event)

@@ -153,7 +153,8 @@ def insert_definition(module: cst.Module, code: str) -> cst.Module:
     with the two blank lines around it that the file's style (PEP 8) expects."""
     body = list(module.body)
     i = first_non_import_index(module)
-    new = cst.parse_statement(code).with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+    top = i == 0 and not module.header  # the file's first line: no blank lines above it
+    new = cst.parse_statement(code).with_changes(leading_lines=[] if top else [cst.EmptyLine(), cst.EmptyLine()])
     if i < len(body):
         nxt = body[i]
         blank = sum(1 for ln in nxt.leading_lines if ln.comment is None)
