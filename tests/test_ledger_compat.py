@@ -80,17 +80,36 @@ def test_old_archived_results_still_prove_every_profile(old_release):
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_typed_entry_writes_what_the_untyped_writer_wrote(kind, tmp_path, template_repo):
     """A fresh entry's document is the model's dump: on every entry main wrote, the dump of
-    the parsed model is the stored document (same keys, same values: the registry-only
-    ``registry_tags`` key absent when not promoted), so digests and tag trailers of new
-    entries are computed over the same shape as before."""
+    the parsed model holds every key with the same value (the registry-only ``registry_tags``
+    key absent when not promoted); a key it adds is a field added since, unset (None). An
+    entry read from the ledger is its stored document, so its digests stay those written."""
     from forgepatch.combination.ledger import LedgerEntry, content_digest
     from forgepatch.infra.gitrepo import parse_trailers
 
     (raw,) = json.loads((FIXTURES / kind / "releases" / "ledger.json").read_text())["releases"]
+    stored = LedgerEntry.stored(raw)
+    assert stored.doc() == raw and stored.entry_digest() == raw["digest"]
     fresh = LedgerEntry.model_validate(raw)
-    assert fresh.doc() == raw
-    assert fresh.entry_digest() == raw["digest"]
+    assert _added(raw, fresh.doc()) <= {"profiles.gate.audit.jit", "profiles.ok.audit.jit", "audit.jit"}
     assert ("registry_tags" in fresh.doc()["image"]) == (kind == "registry")
     # the digest the release tag carries (read out of the bundle's tag object)
     message = git(project(kind, tmp_path, template_repo) / "fork", "cat-file", "tag", TAG)
-    assert parse_trailers(message)["Forgepatch-Ledger-Entry"] == fresh.content_digest() == content_digest(raw)
+    assert parse_trailers(message)["Forgepatch-Ledger-Entry"] == stored.content_digest() == content_digest(raw)
+
+
+def _added(old, new, where: str = "") -> set[str]:
+    """The keys ``new`` adds to ``old`` (each must be None); every key of ``old`` must be in
+    ``new`` with the same value."""
+    if not isinstance(old, dict):
+        assert new == old, where
+        return set()
+    assert isinstance(new, dict) and set(old) <= set(new), (where, set(old) - set(new or {}))
+    out = set()
+    for key, value in new.items():
+        path = f"{where}.{key}" if where else key
+        if key in old:
+            out |= _added(old[key], value, path)
+        else:
+            assert value is None, (path, value)
+            out.add(path)
+    return out
