@@ -177,9 +177,9 @@ def test_concurrent_ledger_appends_lose_no_entry_and_leave_no_lock_in_the_ledger
     from forgepatch.release.ledger import Ledger, chain_problem
 
     path = tmp_path / "releases" / "ledger.json"
-    code = ("import sys\nfrom forgepatch.release.ledger import Ledger\nbook = Ledger(sys.argv[1])\n"
-            "for i in range(3):\n    with book.lock():\n"
-            "        book.append({'tag': f't{sys.argv[2]}-{i}', 'pin': 'p', 'arch': 'a', 'commit': 'c'})\n")
+    code = ("import sys\nfrom forgepatch.combination.ledger import LedgerEntry\nfrom forgepatch.release.ledger import Ledger\n"
+            "book = Ledger(sys.argv[1])\nfor i in range(3):\n    with book.lock():\n"
+            "        book.append(LedgerEntry(tag=f't{sys.argv[2]}-{i}', pin='p', arch='a', commit='c'))\n")
     procs = [subprocess.Popen([sys.executable, "-c", code, str(path), str(n)], env=ENV) for n in range(runs)]
     assert [p.wait(timeout=120) for p in procs] == [0] * runs
     entries = Ledger(path).read()

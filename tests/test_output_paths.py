@@ -52,7 +52,7 @@ def shard(tmp_path_factory):
     return tmp
 
 
-@pytest.mark.parametrize("flag", ["--out", "--markdown", "--junit"])
+@pytest.mark.parametrize("flag", ["--out", "--markdown-out", "--junit"])
 def test_results_merge_never_replaces_a_special_file(shard, tmp_path, flag):
     nodes = _nodes(tmp_path)
     before = _kinds(nodes)
@@ -82,7 +82,7 @@ def test_results_merge_to_stdout_and_to_a_regular_file(shard, tmp_path):
 def test_smoke_reports_refuse_a_special_file_before_any_job_runs(shard, tmp_path):
     nodes = _nodes(tmp_path)
     before = _kinds(nodes)
-    for flag in ("--junit", "--markdown"):
+    for flag in ("--junit", "--markdown-out"):
         for name, node in nodes.items():
             r = run("--config", shard / "matrix.toml", "smoke", "--runner", "local", flag, node,
                     "--logs", tmp_path / "logs")

@@ -46,3 +46,34 @@ def test_digest_required():
     with pytest.raises(BadInput, match="is a tag, not a digest"):
         parse_digest_ref("ghcr.io/o/x:v1", "--image")
     assert is_digest_ref(f"x@{D}") and not is_digest_ref("x:v1") and not is_digest_ref("x@sha256:12")
+
+
+# -- references already held (engine, registry, documents): split by the same rules ----------
+from hypothesis import given, strategies as st  # noqa: E402
+
+from forgepatch.infra.refs import digest_of, repository, same_digest, split, split_tag  # noqa: E402
+
+_component = st.from_regex(r"[a-z0-9]+(?:[._-][a-z0-9]+)?", fullmatch=True)
+_registry = st.one_of(st.none(), st.sampled_from(["ghcr.io", "127.0.0.1:5000", "localhost:41547", "[::1]:5000"]))
+_tag = st.one_of(st.none(), st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,20}", fullmatch=True))
+_digest = st.one_of(st.none(), st.from_regex(r"sha256:[0-9a-f]{64}", fullmatch=True))
+
+
+@given(_registry, st.lists(_component, min_size=1, max_size=3), _tag, _digest)
+def test_split_agrees_with_parse_on_every_shape(registry, parts, tag, digest):
+    """The lenient splitter (no validation) and the parser read every reference alike: a
+    registry port's colon is never a tag, a digest is never a tag."""
+    text = "/".join(([registry] if registry else []) + parts) + (f":{tag}" if tag else "") + (f"@{digest}" if digest else "")
+    ref = parse(text)
+    assert split(text) == (text.partition("@")[0].removesuffix(f":{tag}" if tag else ""), ref.tag, ref.digest)
+    assert parse(repository(text)).name == ref.name
+    assert split_tag(text)[1] == (tag or "latest") and digest_of(text) == digest
+
+
+def test_split_keeps_a_registry_port_and_reads_digests():
+    assert split_tag("127.0.0.1:5000/a/b") == ("127.0.0.1:5000/a/b", "latest")
+    assert split_tag("127.0.0.1:5000/a/b:v1") == ("127.0.0.1:5000/a/b", "v1")
+    assert repository(f"127.0.0.1:5000/a/b@{D}") == "127.0.0.1:5000/a/b"
+    assert split_tag(f"127.0.0.1:5000/a/b@{D}") == ("127.0.0.1:5000/a/b", "latest")  # was ("…a/b@sha256", "abab…")
+    assert same_digest(f"x/a@{D}", f"127.0.0.1:5000/b@{D}") and not same_digest(f"x@{D}", "x:v1")
+    assert not same_digest("x:v1", "x:v1")  # a tag names no bytes

@@ -71,9 +71,9 @@ def test_release_tags_the_validated_combination(world):
     assert sorted(entry["profiles"]) == ["gate", "ok"] and all(p["status"] == "pass" for p in entry["profiles"].values())
     assert entry["results"][0]["sha256"] == results_sha
     assert (w.ledger.parent / entry["results"][0]["archive"]).read_bytes() == results.read_bytes()
-    from forgepatch.release.ledger import chain_problem
+    from forgepatch.release.ledger import Ledger, chain_problem
 
-    assert entry["prev"] == "" and chain_problem(doc["releases"]) is None
+    assert entry["prev"] == "" and chain_problem(Ledger(w.ledger).read()) is None
 
     # status: the compatibility table
     md = w.run("status", "--markdown", cwd=w.root)

@@ -15,12 +15,14 @@ import pytest
 from support.release_world import ROOT, cli
 
 from forgepatch.errors import BadInput, Failure
+from forgepatch.combination.ledger import LedgerEntry
 from forgepatch.release.ledger import FORMAT, Ledger, chain_problem
 
 
-def entry(n: int, pin: str = "p23", arch: str = "sm120") -> dict:
-    return {"tag": f"forgepatch/{pin}/{arch}-{n}", "pin": pin, "arch": arch, "commit": f"{n:040x}",
-            "patchset": "abc", "image": {"id": f"sha256:{n:064x}"}, "profiles": {"ok": {"status": "pass"}}}
+def entry(n: int, pin: str = "p23", arch: str = "sm120") -> LedgerEntry:
+    return LedgerEntry.model_validate(
+        {"tag": f"forgepatch/{pin}/{arch}-{n}", "pin": pin, "arch": arch, "commit": f"{n:040x}",
+         "patchset": "abc", "image": {"id": f"sha256:{n:064x}"}, "profiles": {"ok": {"status": "pass"}}})
 
 
 def test_appends_form_a_hash_chain_that_shows_edits_removals_and_reordering(tmp_path):
@@ -29,12 +31,13 @@ def test_appends_form_a_hash_chain_that_shows_edits_removals_and_reordering(tmp_
         stored = [book.append(entry(i)) for i in range(3)]
     entries = book.read()
     assert entries == stored and chain_problem(entries) is None
-    assert entries[0]["prev"] == "" and entries[1]["prev"] == entries[0]["digest"]
+    assert entries[0].prev == "" and entries[1].prev == entries[0].digest
     assert json.loads(book.path.read_text())["format"] == FORMAT
 
-    edited = json.loads(json.dumps(entries))
+    edited = [e.doc() for e in entries]
     edited[1]["image"]["id"] = "sha256:" + "f" * 64
-    assert "entry 2 (forgepatch/p23/sm120-1): its content does not match its digest" in chain_problem(edited)
+    assert "entry 2 (forgepatch/p23/sm120-1): its content does not match its digest" in chain_problem(
+        [LedgerEntry.stored(d) for d in edited])
     assert "entry 2" in chain_problem([entries[0], entries[2]])  # a removed entry
     assert "entry 1" in chain_problem([entries[1], entries[0], entries[2]])  # reordered
 
@@ -63,15 +66,15 @@ def test_a_failed_write_leaves_the_old_ledger_and_no_temp_file(tmp_path, monkeyp
 
 def test_concurrent_writers_lose_no_entry(tmp_path):
     path = tmp_path / "ledger.json"
-    code = ("import sys\nfrom forgepatch.release.ledger import Ledger\nbook = Ledger(sys.argv[1])\n"
+    code = ("import sys\nfrom forgepatch.combination.ledger import LedgerEntry\nfrom forgepatch.release.ledger import Ledger\nbook = Ledger(sys.argv[1])\n"
             "for i in range(5):\n    with book.lock():\n"
-            "        book.append({'tag': f't{sys.argv[2]}-{i}', 'pin': 'p', 'arch': 'a', 'commit': 'c'})\n")
+            "        book.append(LedgerEntry(tag=f't{sys.argv[2]}-{i}', pin='p', arch='a', commit='c'))\n")
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     procs = [subprocess.Popen([sys.executable, "-c", code, str(path), str(n)], env=env) for n in range(4)]
     assert [p.wait(timeout=120) for p in procs] == [0] * 4
     entries = Ledger(path).read()
     assert len(entries) == 20 and chain_problem(entries) is None
-    assert len({e["tag"] for e in entries}) == 20
+    assert len({e.tag for e in entries}) == 20
 
 
 @pytest.mark.parametrize("text, why", [

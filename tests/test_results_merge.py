@@ -55,7 +55,7 @@ def test_merged_shards_give_the_unsharded_table(runs):
 
     out = runs["tmp"] / "merged.json"
     md, junit = runs["tmp"] / "merged.md", runs["tmp"] / "merged.xml"
-    r = run_cli("results", "merge", runs["s2"], runs["s1"], "--out", out, "--markdown", md, "--junit", junit)
+    r = run_cli("results", "merge", runs["s2"], runs["s1"], "--out", out, "--markdown-out", md, "--junit", junit)
     assert r.returncode == 0, r.stderr
     merged = json.loads(out.read_text())
     assert [j["id"] for j in merged["jobs"]] == [j["id"] for j in whole["jobs"]]
@@ -108,7 +108,7 @@ def test_bad_inputs_are_one_line(runs, tmp_path):
 
 
 def test_merge_outputs_are_written_all_or_none_across_a_kill(runs, tmp_path):
-    """`results merge --out --markdown --junit` killed at each rename in turn (strace): after
+    """`results merge --out --markdown-out --junit` killed at each rename in turn (strace): after
     the journal's recovery the three files are all there (from that run) or none is, and the
     next merge says it recovered, in one line."""
     import os
@@ -126,7 +126,7 @@ def test_merge_outputs_are_written_all_or_none_across_a_kill(runs, tmp_path):
 
     def merge(where, *prefix):
         args = ["results", "merge", str(runs["s1"]), str(runs["s2"]), "--out", str(where / "m.json"),
-                "--markdown", str(where / "reports" / "m.md"), "--junit", str(where / "reports" / "m.xml")]
+                "--markdown-out", str(where / "reports" / "m.md"), "--junit", str(where / "reports" / "m.xml")]
         return subprocess.run([*prefix, sys.executable, "-m", "forgepatch", *args], capture_output=True, text=True,
                               env=env, timeout=300)
 
@@ -153,7 +153,7 @@ def test_merge_outputs_are_written_all_or_none_across_a_kill(runs, tmp_path):
 
 
 def test_a_report_set_replaced_is_old_or_new_after_a_kill_or_ctrl_c_at_each_syscall(runs, tmp_path):
-    """`results merge --out --markdown --junit` over an existing set (the s1 merge), killed
+    """`results merge --out --markdown-out --junit` over an existing set (the s1 merge), killed
     (SIGKILL) and interrupted (SIGINT) at each of its renames, unlinks, mkdirs and O_CREAT
     opens in the directory: the next report written there (another merge) finds the old set
     or the new one, all three files, and nothing else is left."""
@@ -164,7 +164,7 @@ def test_a_report_set_replaced_is_old_or_new_after_a_kill_or_ctrl_c_at_each_sysc
     names = ("m.json", "reports/m.md", "reports/m.xml")
 
     def args(*shards):
-        return ["results", "merge", *map(str, shards), "--out", "m.json", "--markdown", "reports/m.md",
+        return ["results", "merge", *map(str, shards), "--out", "m.json", "--markdown-out", "reports/m.md",
                 "--junit", "reports/m.xml"]
 
     old = tmp_path / "old"
@@ -178,7 +178,7 @@ def test_a_report_set_replaced_is_old_or_new_after_a_kill_or_ctrl_c_at_each_sysc
         return shutil.copytree(old, d)
 
     def next_report(d):  # another report set in the same directory: its journal recovers this one
-        return _cli(["results", "merge", runs["s2"], "--out", "other.json", "--markdown", "reports/other.md",
+        return _cli(["results", "merge", runs["s2"], "--out", "other.json", "--markdown-out", "reports/other.md",
                      "--json"], d)
 
     def the_set(d):

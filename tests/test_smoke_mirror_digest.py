@@ -10,7 +10,8 @@ import uuid
 
 import pytest
 
-from forgepatch.infra.dockerapi import image_repository, repo_digest, same_digest
+from forgepatch.infra.dockerapi import repo_digest
+from forgepatch.infra.refs import repository, same_digest
 
 pytestmark = pytest.mark.docker
 
@@ -30,7 +31,7 @@ def test_the_digest_of_the_pulled_repository_and_digest_equality(docker_client, 
         inspected = api.inspect_image(f"{main}:v1")
         digests = inspected.get("RepoDigests") or []
         assert {d.partition("@")[0] for d in digests} >= {mirror, main}, digests
-        ours = repo_digest(inspected, image_repository(f"{main}:v1"))
+        ours = repo_digest(inspected, repository(f"{main}:v1"))
         assert ours is not None and ours.startswith(main + "@sha256:")
         other = next(d for d in digests if d.startswith(mirror + "@"))
         assert same_digest(other, ours)  # the same bytes under two names: release accepts

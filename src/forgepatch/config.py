@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from forgepatch import srcspec
 from forgepatch.arch import ARCHES
-from forgepatch.combination import DEFAULT_SMOKE_IMAGE
+from forgepatch.combination import DEFAULT_SMOKE_IMAGE, RELEASE_TAG_TEMPLATE
 from forgepatch.errors import BadInput, located
 
 
@@ -259,7 +259,7 @@ class Smoke(_Strict):
 
 
 class Release(_Strict):
-    tag_template: str = "forgepatch/{pin}/{arch}"
+    tag_template: str = RELEASE_TAG_TEMPLATE
     ledger: str = "releases/ledger.json"
     require_signed_tags: bool = False  # every release tag must be signed (and verify)
 

@@ -14,6 +14,9 @@ import re
 from datetime import datetime, timezone
 
 
+EPOCH = datetime.fromtimestamp(0, timezone.utc)  # stands in for a time not recorded
+
+
 def now() -> datetime:
     return datetime.now(timezone.utc)
 

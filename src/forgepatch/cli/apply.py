@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from forgepatch.cli._options import arch_option, pin_option
+from forgepatch.cli._options import arch_option, json_option, pin_option
 from forgepatch.cli._state import STATE, console, print_json
 
 _STYLE = {"applied": "green", "already-applied": "cyan", "absorbed-upstream": "blue", "ignored": "yellow",
@@ -251,134 +251,136 @@ def _reverse(arch, source, pin, out, in_place, force, accept, only, check, diff,
             typer.echo(run.diff, nl=False)
 
 
+def apply(
+    arch: str = arch_option(),
+    source: Optional[List[str]] = typer.Option(None, "--source", metavar="SRC", help=
+        "pypi:VERSION | pypi:DIST==VERSION (pypi:flashinfer-python==0.7.2) | git:PATH_OR_URL@REV | DIR | a pin "
+        "name; repeat it for each package the series patches (one apply run over all of them)"),
+    pin: Optional[str] = pin_option("A pin of matrix.toml: its source (exclusive with --source)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write the patched package (complete: every file of the source) as DIR/sglang/... (default forgepatch-out/ARCH)."),
+    in_place: bool = typer.Option(False, "--in-place", help="Patch a local directory source in place."),
+    force: bool = typer.Option(False, "--force", help="--out: replace DIR/sglang even if DIR holds files forgepatch did not write."),
+    check: bool = typer.Option(False, "--check", help="Exit 0 iff already in the patched state; write nothing."),
+    diff: bool = typer.Option(False, "--diff", help="Print a unified diff of the changes (per-site status on stderr)."),
+    as_json: bool = json_option("Print the result as one JSON document."),
+    accept: bool = typer.Option(False, "--accept", help="Record each patch's edit set on this pin in its "
+                                "lock (patches/ID.lock) after you read the diff; a `review` status then passes."),
+    only: list[str] = typer.Option(None, "--patch", help="Run only this patch of the arch's series "
+                                   "(repeatable; series order is kept)."),
+    reverse: bool = typer.Option(False, "--reverse", help="Undo the newest --in-place apply on --source DIR "
+                                 "exactly (only if the tree still holds what it wrote); with --check/--diff "
+                                 "write nothing."),
+) -> None:
+    """Apply the arch's patch series to an SGLang source; it checks itself before writing."""
+    from forgepatch.errors import BadInput, Failure
+    from forgepatch.patching.service import apply_arch
+
+    if reverse:
+        _reverse(arch, source, pin, out, in_place, force, accept, only, check, diff, as_json)
+        return
+    if out is not None and in_place:
+        raise BadInput("--out and --in-place are mutually exclusive")
+    if (check or diff) and (out is not None or in_place):
+        raise BadInput("--check/--diff write nothing: drop --out/--in-place")
+    if force and (in_place or check or diff):
+        raise BadInput("--force only applies to --out")
+    matrix = STATE.matrix()
+    if out is None and not in_place and not check and not diff:
+        out = Path("forgepatch-out") / arch
+    from forgepatch.patching.service import apply_many, not_run, series_sources
+
+    sources = series_sources(arch, source, pin, matrix, STATE.patches())
+    if len(sources) > 1:
+        runs = apply_many(arch, sources, out, matrix, STATE.patches(), in_place=in_place, check=check,
+                          diff=diff, force=force, accept=accept, only=list(only) if only else None)
+        _render_many(runs, arch, as_json, diff, check,
+                     not_run(arch, matrix, STATE.patches(), [r.source.package_name for r in runs]))
+        return
+    source = sources[0]
+    run = apply_arch(arch, source, out, matrix, STATE.patches(), in_place=in_place, check=check, diff=diff,
+                     force=force, accept=accept, only=list(only) if only else None)
+    missing = not_run(arch, matrix, STATE.patches(), [run.source.package_name]) if matrix is not None else []
+    for pkg in missing:  # said, never silently skipped (stderr: stdout stays the diff / the JSON)
+        console(stderr=True).print(f"note: the {arch} series also patches {pkg}: not run here "
+                                   f"(add --source for it, e.g. --source pypi:DIST==VERSION)")
+    if as_json:
+        doc = run.to_json()
+        if missing:
+            doc["not_run"] = missing
+        if accept:
+            doc["accepted"] = run.extra.get("accepted", [])
+        print_json(doc)
+    elif diff:
+        _render(run, stderr=True)
+        typer.echo(run.diff, nl=False)
+    else:
+        if accept:
+            _accepted(run)
+        _render(run)
+        if run.written:
+            import shlex
+
+            _written(run, f" --pin {shlex.quote(pin)}" if pin else f" --source {shlex.quote(source)}" if source else "",
+                     in_place)
+        if check and not run.result.drift:
+            n = len(run.result.changed)
+            console().print(f"would change {n} file(s)" if n else "already patched")
+    if run.result.drift:
+        raise Failure(_failure_message(run.result) + " (nothing written)")
+    if check and not run.result.in_patched_state:
+        raise typer.Exit(1)
+
+def lint(
+    arch: str = arch_option(),
+    source: Optional[List[str]] = typer.Option(
+        None, "--source", metavar="SRC", help="As for apply; repeat it for each package the series patches."),
+    pin: Optional[str] = pin_option("A pin of matrix.toml: its source (exclusive with --source)."),
+    as_json: bool = json_option("Print findings as JSON."),
+) -> None:
+    """After patching (in memory), list gates of the same feature that still reject the arch."""
+    from rich.markup import escape
+
+    from forgepatch.errors import Failure
+    from forgepatch.patching.model import Status
+    from forgepatch.patching.service import lint_arch, series_sources
+
+    matrix = STATE.matrix()
+    sources = series_sources(arch, source, pin, matrix, STATE.patches())
+    runs = [lint_arch(arch, one, matrix, STATE.patches()) for one in sources]  # one per package
+
+    def doc(pid, loc):
+        reason, _, rest = loc.detail.partition("; ")
+        return {"patch": pid, "file": loc.file, "line": loc.line, "function": loc.symbol, "gate": loc.gate,
+                "reason": reason, **({"ignored": rest.removeprefix("ignored: ")} if loc.status is Status.IGNORED else {})}
+
+    docs, total = [], 0
+    for result, src, found in runs:
+        findings = [(pid, loc) for pid, loc in found if loc.status is Status.INCOMPLETE]
+        ignored = [(pid, loc) for pid, loc in found if loc.status is Status.IGNORED]
+        total += len(findings)
+        docs.append({"arch": arch, "source": src.label, "version": result.version,
+                     "findings": [doc(*f) for f in findings], "ignored": [doc(*f) for f in ignored]})
+        if len(runs) > 1:
+            docs[-1]["package"] = src.package_name
+        if not as_json:
+            con = console()
+            for _pid, loc in findings:
+                con.print(f"[red]{escape(str(loc))}[/]", soft_wrap=True)
+            for pid, loc in ignored:
+                con.print(f"[yellow]ignored by {pid}:[/] {escape(str(loc))}", soft_wrap=True)
+            con.print(f"{len(findings)} gate(s) still reject {arch} ({src.label})"
+                      + (f"; {len(ignored)} declared exception(s)" if ignored else ""))
+    if as_json:
+        print_json(docs[0] if len(docs) == 1 else {"arch": arch, "packages": docs})
+    failed = [(result, src) for result, src, _ in runs
+              if any(p.status is Status.DRIFT or p.status.value == "review" for p in result.patches)]
+    if failed:
+        raise Failure(" | ".join((f"{src.package_name}: " if len(runs) > 1 else "") + _failure_message(result)
+                                 for result, src in failed))
+    if total:
+        raise typer.Exit(1)
+
+
 def register(app: typer.Typer) -> None:
-    @app.command()
-    def apply(
-        arch: str = arch_option(),
-        source: Optional[List[str]] = typer.Option(None, "--source", metavar="SRC", help=
-            "pypi:VERSION | pypi:DIST==VERSION (pypi:flashinfer-python==0.7.2) | git:PATH_OR_URL@REV | DIR | a pin "
-            "name; repeat it for each package the series patches (one apply run over all of them)"),
-        pin: Optional[str] = pin_option(),
-        out: Optional[Path] = typer.Option(None, "--out", help="Write the patched package (complete: every file of the source) as DIR/sglang/... (default forgepatch-out/ARCH)."),
-        in_place: bool = typer.Option(False, "--in-place", help="Patch a local directory source in place."),
-        force: bool = typer.Option(False, "--force", help="--out: replace DIR/sglang even if DIR holds files forgepatch did not write."),
-        check: bool = typer.Option(False, "--check", help="Exit 0 iff already in the patched state; write nothing."),
-        diff: bool = typer.Option(False, "--diff", help="Print a unified diff of the changes (per-site status on stderr)."),
-        as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON document."),
-        accept: bool = typer.Option(False, "--accept", help="Record each patch's edit set on this pin in its "
-                                    "lock (patches/ID.lock) after you read the diff; a `review` status then passes."),
-        only: list[str] = typer.Option(None, "--patch", help="Run only this patch of the arch's series "
-                                       "(repeatable; series order is kept)."),
-        reverse: bool = typer.Option(False, "--reverse", help="Undo the newest --in-place apply on --source DIR "
-                                     "exactly (only if the tree still holds what it wrote); with --check/--diff "
-                                     "write nothing."),
-    ) -> None:
-        """Apply the arch's patch series to an SGLang source; it checks itself before writing."""
-        from forgepatch.errors import BadInput, Failure
-        from forgepatch.patching.service import apply_arch
-
-        if reverse:
-            _reverse(arch, source, pin, out, in_place, force, accept, only, check, diff, as_json)
-            return
-        if out is not None and in_place:
-            raise BadInput("--out and --in-place are mutually exclusive")
-        if (check or diff) and (out is not None or in_place):
-            raise BadInput("--check/--diff write nothing: drop --out/--in-place")
-        if force and (in_place or check or diff):
-            raise BadInput("--force only applies to --out")
-        matrix = STATE.matrix()
-        if out is None and not in_place and not check and not diff:
-            out = Path("forgepatch-out") / arch
-        from forgepatch.patching.service import apply_many, not_run, series_sources
-
-        sources = series_sources(arch, source, pin, matrix, STATE.patches())
-        if len(sources) > 1:
-            runs = apply_many(arch, sources, out, matrix, STATE.patches(), in_place=in_place, check=check,
-                              diff=diff, force=force, accept=accept, only=list(only) if only else None)
-            _render_many(runs, arch, as_json, diff, check,
-                         not_run(arch, matrix, STATE.patches(), [r.source.package_name for r in runs]))
-            return
-        source = sources[0]
-        run = apply_arch(arch, source, out, matrix, STATE.patches(), in_place=in_place, check=check, diff=diff,
-                         force=force, accept=accept, only=list(only) if only else None)
-        missing = not_run(arch, matrix, STATE.patches(), [run.source.package_name]) if matrix is not None else []
-        for pkg in missing:  # said, never silently skipped (stderr: stdout stays the diff / the JSON)
-            console(stderr=True).print(f"note: the {arch} series also patches {pkg}: not run here "
-                                       f"(add --source for it, e.g. --source pypi:DIST==VERSION)")
-        if as_json:
-            doc = run.to_json()
-            if missing:
-                doc["not_run"] = missing
-            if accept:
-                doc["accepted"] = run.extra.get("accepted", [])
-            print_json(doc)
-        elif diff:
-            _render(run, stderr=True)
-            typer.echo(run.diff, nl=False)
-        else:
-            if accept:
-                _accepted(run)
-            _render(run)
-            if run.written:
-                import shlex
-
-                _written(run, f" --pin {shlex.quote(pin)}" if pin else f" --source {shlex.quote(source)}" if source else "",
-                         in_place)
-            if check and not run.result.drift:
-                n = len(run.result.changed)
-                console().print(f"would change {n} file(s)" if n else "already patched")
-        if run.result.drift:
-            raise Failure(_failure_message(run.result) + " (nothing written)")
-        if check and not run.result.in_patched_state:
-            raise typer.Exit(1)
-
-    @app.command()
-    def lint(
-        arch: str = arch_option(),
-        source: Optional[List[str]] = typer.Option(
-            None, "--source", metavar="SRC", help="As for apply; repeat it for each package the series patches."),
-        pin: Optional[str] = pin_option(),
-        as_json: bool = typer.Option(False, "--json", help="Print findings as JSON."),
-    ) -> None:
-        """After patching (in memory), list gates of the same feature that still reject the arch."""
-        from rich.markup import escape
-
-        from forgepatch.errors import Failure
-        from forgepatch.patching.model import Status
-        from forgepatch.patching.service import lint_arch, series_sources
-
-        matrix = STATE.matrix()
-        sources = series_sources(arch, source, pin, matrix, STATE.patches())
-        runs = [lint_arch(arch, one, matrix, STATE.patches()) for one in sources]  # one per package
-
-        def doc(pid, loc):
-            reason, _, rest = loc.detail.partition("; ")
-            return {"patch": pid, "file": loc.file, "line": loc.line, "function": loc.symbol, "gate": loc.gate,
-                    "reason": reason, **({"ignored": rest.removeprefix("ignored: ")} if loc.status is Status.IGNORED else {})}
-
-        docs, total = [], 0
-        for result, src, found in runs:
-            findings = [(pid, loc) for pid, loc in found if loc.status is Status.INCOMPLETE]
-            ignored = [(pid, loc) for pid, loc in found if loc.status is Status.IGNORED]
-            total += len(findings)
-            docs.append({"arch": arch, "source": src.label, "version": result.version,
-                         "findings": [doc(*f) for f in findings], "ignored": [doc(*f) for f in ignored]})
-            if len(runs) > 1:
-                docs[-1]["package"] = src.package_name
-            if not as_json:
-                con = console()
-                for _pid, loc in findings:
-                    con.print(f"[red]{escape(str(loc))}[/]", soft_wrap=True)
-                for pid, loc in ignored:
-                    con.print(f"[yellow]ignored by {pid}:[/] {escape(str(loc))}", soft_wrap=True)
-                con.print(f"{len(findings)} gate(s) still reject {arch} ({src.label})"
-                          + (f"; {len(ignored)} declared exception(s)" if ignored else ""))
-        if as_json:
-            print_json(docs[0] if len(docs) == 1 else {"arch": arch, "packages": docs})
-        failed = [(result, src) for result, src, _ in runs
-                  if any(p.status is Status.DRIFT or p.status.value == "review" for p in result.patches)]
-        if failed:
-            raise Failure(" | ".join((f"{src.package_name}: " if len(runs) > 1 else "") + _failure_message(result)
-                                     for result, src in failed))
-        if total:
-            raise typer.Exit(1)
+    app.command("apply")(apply)
+    app.command("lint")(lint)

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from forgepatch.cli._options import arch_option
+from forgepatch.cli._options import ARCH_NAMES, arch_option, image_option, json_option, markdown_option
 from forgepatch.cli._state import console, print_json
 
 STYLES = {"sass": "green", "ptx-jit": "cyan", "partial": "yellow", "none": "bold red", "unreadable": "bold red"}
@@ -19,12 +19,12 @@ def register(app: typer.Typer) -> None:
 
 
 def audit(
-    arch: str = arch_option(help="The arch the kernels must run on (sm90, sm100, sm103, sm120, sm121; sm_120 is sm120)."),
-    image: Optional[str] = typer.Option(None, "--image", help="A local image (name or ID); read through the engine, never run."),
+    arch: str = arch_option(help=f"The arch the kernels must run on ({ARCH_NAMES}; sm_120 is sm120)."),
+    image: Optional[str] = image_option("A local image (name or ID); read through the engine, never run."),
     directory: Optional[Path] = typer.Option(None, "--dir", help="A directory (e.g. a site-packages) read in place."),
     strict: bool = typer.Option(False, "--strict", help="Also fail libraries some of whose fatbins lack code for ARCH."),
-    json_out: bool = typer.Option(False, "--json", help="Print one JSON document."),
-    markdown: bool = typer.Option(False, "--markdown", help="Print a Markdown table."),
+    as_json: bool = json_option("Print one JSON document."),
+    markdown: bool = markdown_option("Print a Markdown table."),
 ) -> None:
     """Can the CUDA kernels of every shared object run on ARCH? Exit 1 lists those that cannot."""
     from forgepatch.arch import get_arch
@@ -33,7 +33,7 @@ def audit(
 
     if (image is None) == (directory is None):
         raise BadInput("audit: give exactly one of --image IMAGE or --dir DIR")
-    if json_out and markdown:
+    if as_json and markdown:
         raise BadInput("audit: --json and --markdown are exclusive")
     target = get_arch(arch)
     with _Progress() as progress:
@@ -41,7 +41,7 @@ def audit(
             report = audit_dir(directory, target, strict, progress.event)
         else:
             report = audit_image(image, target, strict, progress.event)
-    if json_out:
+    if as_json:
         print_json(report.to_json())
     elif markdown:
         sys.stdout.write(render_markdown(report))

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from forgepatch.cli._options import arch_list_option, arch_option, source_option
+from forgepatch.cli._options import arch_list_option, arch_option, json_option, pin_list_option, pin_option, source_option
 from forgepatch.cli._state import STATE, console, print_json
 
 
@@ -19,7 +19,7 @@ def register(app: typer.Typer) -> None:
 def build(
     arch: str = arch_option(),
     source: Optional[str] = source_option(),
-    pin: Optional[str] = typer.Option(None, "--pin", help="Pin name for tags/labels (default: matrix default_pin)."),
+    pin: Optional[str] = pin_option("Pin name for tags/labels (default: matrix default_pin)."),
     base_image: Optional[str] = typer.Option(None, "--base-image", help="Base image (default: arches.<arch>.base_image)."),
     context_dir: Optional[Path] = typer.Option(None, "--context-dir", help="Where to assemble the build context."),
     force: bool = typer.Option(False, "--force", help="Rebuild even if an image with this content hash exists (no layer cache)."),
@@ -27,7 +27,7 @@ def build(
     record: Optional[Path] = typer.Option(None, "--record", help="Write/update this build record (image, digest, audit) for `smoke --builds`."),
     audit: bool = typer.Option(False, "--audit", help="Fail the build when a CUDA library of the image has no code for the arch (also arches.<arch>.audit)."),
     platform: Optional[str] = typer.Option(None, "--platform", help="Build for linux/amd64 or linux/arm64 (DGX Spark); the base image must be of it (default: the base's)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON document on stdout."),
+    as_json: bool = json_option("Print one JSON document on stdout."),
 ) -> None:
     """Build the per-arch image: every patched package (SGLang, FlashInfer ...) + probe on the base image."""
     from forgepatch.images import ship
@@ -127,10 +127,10 @@ def build(
 def bake(
     out: Path = typer.Option(Path("docker-bake.json"), "--out", help="Bake file to write ('-': stdout; contexts' paths are then relative to the current directory)."),
     arch: Optional[List[str]] = arch_list_option(help="Only these arches (repeatable; default: all configured)."),
-    pin: Optional[List[str]] = typer.Option(None, "--pin", help="Only these pins (repeatable; default: each arch's pins)."),
+    pin: Optional[List[str]] = pin_list_option("Only these pins (repeatable; default: each arch's pins)."),
     contexts: Optional[Path] = typer.Option(None, "--contexts", help="Where build contexts go (default: <out dir>/bake-contexts)."),
     platform: Optional[str] = typer.Option(None, "--platform", help="Every target for linux/amd64 or linux/arm64 (the bases must be of it)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the bake document on stdout too."),
+    as_json: bool = json_option("Print the bake document on stdout too."),
 ) -> None:
     """Write docker-bake.json: one BuildKit target per arch x pin (args, tags, labels, context)."""
     from forgepatch.images.bake import bake_matrix

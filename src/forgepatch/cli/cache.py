@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import typer
 
+from forgepatch.cli._options import json_option
+
 from forgepatch.cli._state import console, print_json
 
 cache_app = typer.Typer(rich_markup_mode=None, help="See and prune forgepatch's cache (wheels, trees, contexts, logs, memos).",
@@ -16,8 +18,7 @@ def _root():
     return cache_dir()
 
 
-@cache_app.command("info")
-def cache_info(as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout.")) -> None:
+def cache_info(as_json: bool = json_option("One JSON document on stdout.")) -> None:
     """What the cache holds, by kind: entries, files, size."""
     from forgepatch.cachestore import entries, human, summary
 
@@ -34,12 +35,11 @@ def cache_info(as_json: bool = typer.Option(False, "--json", help="One JSON docu
                   markup=False)
 
 
-@cache_app.command("prune")
 def cache_prune(
     older_than: float = typer.Option(30.0, "--older-than", min=0, metavar="DAYS", help="Remove entries unused for DAYS days (default 30)."),
     all_: bool = typer.Option(False, "--all", help="Remove every prunable entry (same as --older-than 0)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Say what would be removed; remove nothing."),
-    as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
+    as_json: bool = json_option("One JSON document on stdout."),
 ) -> None:
     """Remove cache entries forgepatch can make again (never locks or a release's pending tags)."""
     from forgepatch.cachestore import human, prune
@@ -58,4 +58,6 @@ def cache_prune(
 
 
 def register(app: typer.Typer) -> None:
+    cache_app.command("info")(cache_info)
+    cache_app.command("prune")(cache_prune)
     app.add_typer(cache_app, name="cache")

@@ -7,19 +7,18 @@ from typing import Optional
 
 import typer
 
-from forgepatch.cli._options import arch_option
+from forgepatch.cli._options import arch_option, image_option, json_option, markdown_option, pin_option, repo_option
 from forgepatch.cli._state import STATE, console, print_json
 
 pin_app = typer.Typer(rich_markup_mode=None, help="Record SGLang pins (PyPI releases or git revisions) in matrix.toml.", no_args_is_help=True)
 
 
-@pin_app.command("add")
 def pin_add(
     name: str = typer.Argument(..., help="Pin name: a letter or digit, then letters, digits, '.', '_' or '-' (e.g. v0.5.23, nightly-1129)."),
     rev: Optional[str] = typer.Option(None, "--rev", help="A git revision of --repo (SHA, tag, branch); recorded as its full commit SHA with the package version found there."),
     pypi: Optional[str] = typer.Option(None, "--pypi", help="An SGLang release on PyPI (e.g. 0.5.23); the wheel is downloaded once and recorded with its sha256."),
-    repo: Optional[Path] = typer.Option(None, "--repo", help="With --rev: the git checkout it is resolved in (default: the current directory); recorded as the pin's repo."),
-    json_out: bool = typer.Option(False, "--json", help="Print the pin as JSON."),
+    repo: Optional[Path] = repo_option(None, help="With --rev: the git checkout it is resolved in (default: the current directory); recorded as the pin's repo."),
+    as_json: bool = json_option("Print the pin as JSON."),
 ) -> None:
     """Add a pin to ./matrix.toml (or --config FILE), resolved so builds are reproducible.
 
@@ -31,16 +30,15 @@ def pin_add(
     config = editable_config(STATE.config_path)
     row = add_pin(config, name, rev=rev, pypi=pypi, repo=repo,
                   record_repo=str(repo) if repo is not None and rev is not None else None)  # recorded: apply --pin finds it
-    if json_out:
+    if as_json:
         print_json(row.to_json())
     else:
         console().print(f"pinned [bold]{row.name}[/] = {row.kind} {row.source} -> {row.resolved} in {config}")
 
 
-@pin_app.command("update")
 def pin_update(
     name: str = typer.Argument(..., help="The pin to re-resolve."),
-    json_out: bool = typer.Option(False, "--json", help="Print the pin as JSON."),
+    as_json: bool = json_option("Print the pin as JSON."),
 ) -> None:
     """Re-resolve a pin in ./matrix.toml (or --config FILE): a PyPI pin records the sha256 of
     every wheel of its release again, a git pin its revision and version."""
@@ -48,17 +46,16 @@ def pin_update(
 
     config = editable_config(STATE.config_path)
     row = update_pin(config, name)
-    if json_out:
+    if as_json:
         print_json(row.to_json())
     else:
         console().print(f"updated [bold]{row.name}[/] = {row.kind} {row.source} -> {row.resolved} in {config}")
 
 
-@pin_app.command("follow")
 def pin_follow(
     version: Optional[str] = typer.Option(None, "--version", help="Follow this release instead of the newest on PyPI."),
     report: Optional[Path] = typer.Option(None, "--report", help="Write the report (Markdown, a pull request's body) here."),
-    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    as_json: bool = json_option("Print the report as JSON."),
 ) -> None:
     """Add the newest SGLang release on PyPI (`pip index versions sglang`) as a pin unless one
     names it, check every arch's patches on it, and report (exit 1 when a patch drifts)."""
@@ -76,7 +73,7 @@ def pin_follow(
         from forgepatch.infra.atomic import write_atomic
 
         write_atomic(report, rep.markdown())
-    if json_out:
+    if as_json:
         print_json(rep.to_json())
     else:
         console().print(rep.markdown(), markup=False)
@@ -91,12 +88,11 @@ def _arch_argument(ctx, value):
     return value if value is None or ctx.resilient_parsing else canonical_arch(value)
 
 
-@pin_app.command("base")
 def pin_base(
     arch: str = typer.Argument(..., help="The arch whose base image to pin (arches.<arch>.base_image); sm_120, 12.0 read as sm120.",
                                callback=_arch_argument),
-    image: Optional[str] = typer.Option(None, "--image", help="Pin this REPO:TAG instead of the configured base."),
-    json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    image: Optional[str] = image_option("Pin this REPO:TAG instead of the configured base."),
+    as_json: bool = json_option("Print the result as JSON."),
 ) -> None:
     """Resolve the arch's base image tag to its registry digest and record repo@sha256:... in
     ./matrix.toml (or --config FILE), comments kept: the same pin and patches then build on
@@ -105,7 +101,7 @@ def pin_base(
 
     config = editable_config(STATE.config_path)
     row = pin(config, arch, image)
-    if json_out:
+    if as_json:
         print_json(row.to_json())
     elif row.changed:
         console().print(f"pinned arches.{row.arch}.base_image = {row.digest} (was {row.was}) in {config}", markup=False)
@@ -113,13 +109,12 @@ def pin_base(
         console().print(f"arches.{row.arch}.base_image is pinned already: {row.digest}", markup=False)
 
 
-@pin_app.command("list")
-def pin_list(json_out: bool = typer.Option(False, "--json", help="Print the pins as JSON.")) -> None:
+def pin_list(as_json: bool = json_option("Print the pins as JSON.")) -> None:
     """List the pins of matrix.toml with what they resolve to."""
     from forgepatch.fork.pins import list_pins
 
     rows = list_pins(STATE.matrix(check_patches=False))
-    if json_out:
+    if as_json:
         print_json([r.to_json() for r in rows])
         return
     from rich.table import Table
@@ -134,17 +129,17 @@ def pin_list(json_out: bool = typer.Option(False, "--json", help="Print the pins
 
 def fork_cmd(
     arch: str = arch_option(),
-    repo: Path = typer.Option(..., "--repo", help="Git checkout of the SGLang fork."),
+    repo: Path = repo_option(..., help="Git checkout of the SGLang fork."),
     rev: Optional[str] = typer.Option(None, "--rev", help="Upstream revision the branch starts at."),
-    pin: Optional[str] = typer.Option(None, "--pin", help="Pin name for the branch (default: a matrix pin with that SHA, else the short SHA)."),
-    json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    pin: Optional[str] = pin_option("Pin name for the branch (default: a matrix pin with that SHA, else the short SHA)."),
+    as_json: bool = json_option("Print the result as JSON."),
 ) -> None:
     """Create or refresh branch forgepatch/ARCH/PIN: REV plus one commit per applied patch."""
     from forgepatch.fork.fork import fork
 
     # no blob cache here: fork needs the patched text of every file, not only statuses
     result = fork(repo, arch, rev, pin, STATE.matrix(), STATE.patches())
-    if json_out:
+    if as_json:
         print_json(result.to_json())
     else:
         _render_fork(result)
@@ -197,13 +192,13 @@ def _render_one(result) -> None:
 
 def drift_cmd(
     arch: str = arch_option(),
-    repo: Path = typer.Option(..., "--repo", help="Git repository holding the revisions."),
+    repo: Path = repo_option(..., help="Git repository holding the revisions."),
     revs: Optional[str] = typer.Option(None, "--revs", help="Comma-separated revisions, reported in this order."),
     since: Optional[str] = typer.Option(None, "--since", help="Walk first-parent history from REV ..."),
     until: Optional[str] = typer.Option(None, "--until", help="... to REV (default HEAD)."),
     every: int = typer.Option(1, "--every", help="With --since: every Nth commit (the newest is always included)."),
-    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
-    markdown: bool = typer.Option(False, "--markdown", help="Print the report as Markdown (for a PR comment)."),
+    as_json: bool = json_option("Print the report as JSON."),
+    markdown: bool = markdown_option("Print the report as Markdown (for a PR comment)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the drift cache."),
     gates: bool = typer.Option(False, "--gates", help="Also report arch gates of the patched features whose arch set changed between revisions (exit 1)."),
     package: str = typer.Option("sglang", "--package", help="Whose part of the series runs: sglang, or another package of matrix.toml (e.g. flashinfer) with --repo its checkout."),
@@ -211,7 +206,7 @@ def drift_cmd(
     """Health of every patch of ARCH at many revisions, read from git objects."""
     from forgepatch.errors import BadInput
 
-    if json_out and markdown:
+    if as_json and markdown:
         raise BadInput("drift: --json and --markdown are exclusive")
     rev_list = [r.strip() for r in revs.split(",") if r.strip()] if revs else None
     if revs is not None and not rev_list:
@@ -228,7 +223,7 @@ def drift_cmd(
         with BlobCache() as cache:
             report = scan(repo, arch, matrix, STATE.patches(), rev_list, since, every, until, cache=cache, gates=gates,
                           package=package)
-    if json_out:
+    if as_json:
         print_json(report.to_json())
     elif markdown:
         import sys
@@ -249,13 +244,13 @@ def drift_cmd(
 
 def init_cmd(
     directory: Path = typer.Option(Path("."), "--dir", help="The fork checkout to scaffold."),
-    json_out: bool = typer.Option(False, "--json", help="Print the files written as JSON."),
+    as_json: bool = json_option("Print the files written as JSON."),
 ) -> None:
     """Scaffold matrix.toml, patches/ and dockerfiles/ (never overwrites a file)."""
     from forgepatch.fork.init import init
 
     written = init(directory)
-    if json_out:
+    if as_json:
         print_json({"written": [str(p) for p in written]})
     else:
         for p in written:
@@ -263,6 +258,11 @@ def init_cmd(
 
 
 def register(app: typer.Typer) -> None:
+    pin_app.command("add")(pin_add)
+    pin_app.command("update")(pin_update)
+    pin_app.command("follow")(pin_follow)
+    pin_app.command("base")(pin_base)
+    pin_app.command("list")(pin_list)
     app.add_typer(pin_app, name="pin")
     app.command("fork")(fork_cmd)
     app.command("drift")(drift_cmd)

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from forgepatch.cli._options import SOURCE_HELP, arch_option
+from forgepatch.cli._options import SOURCE_HELP, arch_option, json_option, markdown_option
 from forgepatch.cli._state import STATE, console, print_json
 
 
@@ -19,8 +19,8 @@ def gates(
     source: Optional[str] = typer.Option(None, "--source", help=SOURCE_HELP),
     against: Optional[str] = typer.Option(None, "--against", help="A second source: show what changed from --source to it."),
     arch: Optional[str] = arch_option(None, help="With --against: only gates whose verdict for ARCH changed. Alone: gates that never pass on ARCH."),
-    json_out: bool = typer.Option(False, "--json", help="Print one JSON document."),
-    markdown: bool = typer.Option(False, "--markdown", help="Print Markdown (for a PR comment)."),
+    as_json: bool = json_option("Print one JSON document."),
+    markdown: bool = markdown_option("Print Markdown (for a PR comment)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the inventory memo."),
     rejecting: bool = typer.Option(False, "--rejecting", help="With --arch: what still keeps ARCH out, by feature and file, each with the `patch new` command that starts a patch for it."),
     package: Optional[str] = typer.Option(None, "--package", help="Another package's JIT arch lists (flashinfer: supported_major_versions=[...]); with --arch, whether each admits ARCH's major."),
@@ -28,13 +28,13 @@ def gates(
     """Inventory every arch gate (predicate, capability comparison) with the arches that pass it."""
     from forgepatch.errors import BadInput, Failure
 
-    if json_out and markdown:
+    if as_json and markdown:
         raise BadInput("gates: --json and --markdown are exclusive")
     arch_name = arch  # the registry name (arch_option)
     if package is not None and package != "sglang":
         if against is not None or rejecting or markdown:
             raise BadInput("gates: --package takes --source, --arch and --json only")
-        _jit_lists(source, package, arch_name, json_out)
+        _jit_lists(source, package, arch_name, as_json)
         return
     if rejecting and (arch_name is None or against is not None):
         raise BadInput("gates: --rejecting needs --arch and no --against")
@@ -50,9 +50,9 @@ def gates(
         old = source_inventory(source, matrix, memo=not no_cache)
     if against is None:
         if rejecting:
-            _rejecting(old, arch_name, json_out)
+            _rejecting(old, arch_name, as_json)
             return
-        _inventory(old, arch_name, json_out, markdown)
+        _inventory(old, arch_name, as_json, markdown)
         return
     with progress.task(f"reading the gates of {against}"):
         new = source_inventory(against, matrix, memo=not no_cache)
@@ -60,7 +60,7 @@ def gates(
     from forgepatch.gates.render import diff_markdown, diff_table
 
     result = diff(old, new, arch_name)
-    if json_out:
+    if as_json:
         print_json(result.to_json())
     elif markdown:
         sys.stdout.write(diff_markdown(result))
@@ -74,13 +74,13 @@ def gates(
                       + (f" for {arch_name}" if arch_name else ""))
 
 
-def _inventory(inv, arch_name: str | None, json_out: bool, markdown: bool) -> None:
+def _inventory(inv, arch_name: str | None, as_json: bool, markdown: bool) -> None:
     from forgepatch.gates.model import NEVER
     from forgepatch.gates.render import inventory_markdown, inventory_table
 
     selected = [g for g in inv.gates if arch_name is None or g.verdicts.get(arch_name) == NEVER]
     title = f"gates that never pass on {arch_name}" if arch_name else "arch gates"
-    if json_out:
+    if as_json:
         doc = inv.to_json()
         doc["gates"] = [g.to_json() for g in selected]
         doc["arch"] = arch_name
@@ -91,7 +91,7 @@ def _inventory(inv, arch_name: str | None, json_out: bool, markdown: bool) -> No
         inventory_table(inv, selected, title, console())
 
 
-def _jit_lists(source: Optional[str], package: str, arch_name: Optional[str], json_out: bool) -> None:
+def _jit_lists(source: Optional[str], package: str, arch_name: Optional[str], as_json: bool) -> None:
     from forgepatch import progress
     from forgepatch.arch import get_arch
     from forgepatch.errors import Failure
@@ -104,7 +104,7 @@ def _jit_lists(source: Optional[str], package: str, arch_name: Optional[str], js
         tree, lists = package_jit_lists(source, matrix, package)
     major = get_arch(arch_name).cc[0] if arch_name else None
     shown = [j for j in lists if major is None or j.verdict(major) != ADMITS]
-    if json_out:
+    if as_json:
         counts = {}
         for j in lists:
             if major is not None:
@@ -122,12 +122,12 @@ def _jit_lists(source: Optional[str], package: str, arch_name: Optional[str], js
                       f"{j.file}:{j.line} {j.function} {KEYWORD}={j.code} (not a literal list of ints)")
 
 
-def _rejecting(inv, arch_name: str, json_out: bool) -> None:
+def _rejecting(inv, arch_name: str, as_json: bool) -> None:
     from forgepatch.gates.rejecting import rejecting
     from forgepatch.gates.render import rejecting_table
 
     rows = rejecting(inv, arch_name)
-    if json_out:
+    if as_json:
         print_json({"source": inv.source, "version": inv.version, "arch": arch_name,
                     "rows": [r.to_json() for r in rows], "stats": inv.stats})
     else:

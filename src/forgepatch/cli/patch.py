@@ -7,13 +7,12 @@ from typing import Optional
 
 import typer
 
-from forgepatch.cli._options import arch_list_option, arch_option
+from forgepatch.cli._options import arch_list_option, arch_option, json_option
 from forgepatch.cli._state import STATE, console, print_json
 
 patch_app = typer.Typer(rich_markup_mode=None, help="Write, test and list patches.", no_args_is_help=True)
 
 
-@patch_app.command("new")
 def patch_new(
     patch_id: str = typer.Argument(..., help="The new patch's id (its file is PATCH_ID.toml)."),
     arch: str = arch_option(),
@@ -23,7 +22,7 @@ def patch_new(
                                            "the example taken from the real source."),
     module: Optional[str] = typer.Option(None, "--module", help="Package-relative glob picking one file when "
                                          "several define --function."),
-    as_json: bool = typer.Option(False, "--json", help="Print what was written as JSON."),
+    as_json: bool = json_option("Print what was written as JSON."),
 ) -> None:
     """Scaffold a declarative patch in ./patches (or --patches DIR), with one example taken
     from a real function (--function NAME [--from SRC]); `patch test PATCH_ID` runs it."""
@@ -56,12 +55,11 @@ def patch_new(
               markup=False, soft_wrap=True)
 
 
-@patch_app.command("test")
 def patch_test(
     ids: list[str] = typer.Argument(None, help="Patch ids (default: all)."),
     accept: bool = typer.Option(False, "--accept", help="Write each failing example's current output as its "
                                 "`after` (in the patch's .toml) and show the diff."),
-    as_json: bool = typer.Option(False, "--json", help="Print one row per example and the counts as JSON."),
+    as_json: bool = json_option("Print one row per example and the counts as JSON."),
 ) -> None:
     """Run the patches' before/after examples (Fixit-style); ends with `N passed, N failed`."""
     from forgepatch.patching.patchset import load_patches, patch_files
@@ -93,13 +91,12 @@ def patch_test(
         raise typer.Exit(1)
 
 
-@patch_app.command("lock")
 def patch_lock(
     ids: list[str] = typer.Argument(None, help="Patch ids (default: every patch of each arch's series)."),
     arches: list[str] = arch_list_option("Arch whose series runs (repeatable)."),
     sources: list[str] = typer.Option(None, "--source", help="pypi:VERSION | git:PATH_OR_URL@REV | DIR | a pin "
                                       "name (repeatable; default: the default pin)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one row per arch, source and patch as JSON."),
+    as_json: bool = json_option("Print one row per arch, source and patch as JSON."),
 ) -> None:
     """Write or refresh the patches' edit locks (patches/ID.lock): run each arch's series on
     each source and record what each patch changes there as reviewed. Read the diff first
@@ -123,8 +120,7 @@ def patch_lock(
         raise typer.Exit(1)
 
 
-@patch_app.command("list")
-def patch_list(as_json: bool = typer.Option(False, "--json")) -> None:
+def patch_list(as_json: bool = json_option()) -> None:
     """List every patch: the shipped ones plus ./patches (or --patches DIR), which add to them
     and override a shipped patch of the same id; ORIGIN says where each comes from."""
     from forgepatch.patching.patchset import load_patches, patch_files
@@ -149,4 +145,8 @@ def patch_list(as_json: bool = typer.Option(False, "--json")) -> None:
 
 
 def register(app: typer.Typer) -> None:
+    patch_app.command("new")(patch_new)
+    patch_app.command("test")(patch_test)
+    patch_app.command("lock")(patch_lock)
+    patch_app.command("list")(patch_list)
     app.add_typer(patch_app, name="patch")

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from forgepatch.cli._options import arch_option
+from forgepatch.cli._options import arch_option, json_option
 
 
 def probe(
@@ -17,7 +17,7 @@ def probe(
     deadline: float = typer.Option(120.0, "--deadline", help="Seconds each check (and each rank) may take."),
     timeout: float = typer.Option(600.0, "--timeout", help="Seconds the whole probe may take before it is killed."),
     log: Optional[Path] = typer.Option(None, "--log", help="Also write the probe's output to this file."),
-    json_out: bool = typer.Option(False, "--json", help="Print the probe's JSON document."),
+    as_json: bool = json_option("Print the probe's JSON document."),
 ) -> None:
     """Capture and replay CUDA graphs (bf16 bmm, an MLP block, NCCL all-reduce) and compare
     with eager mode. Exit 0 pass, 1 fail, 3 incompatible or no GPU."""
@@ -56,7 +56,7 @@ def probe(
     if job.document is None:
         raise Failure(f"probe exited with code {job.exit_code} without a JSON document"
                       f" (last phase: {job.last_phase or 'start'})")
-    if json_out:
+    if as_json:
         print_json(job.document)
     else:
         sys.stdout.write(format_summary(job.document) + "\n")

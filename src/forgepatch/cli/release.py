@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from forgepatch.cli._options import arch_option
+from forgepatch.cli._options import arch_option, image_option, json_option, ledger_option, markdown_option, pin_option, repo_option
 from forgepatch.cli._state import STATE, console, print_json
 
 DEFAULT_RESULTS = Path("smoke-results.json")
@@ -33,13 +33,13 @@ def _ledger(matrix, explicit: Path | None):
 
 def _release(
     arch: Optional[str] = arch_option(None, help="Only this arch."),
-    pin: Optional[str] = typer.Option(None, "--pin", help="Only this pin."),
-    repo: Path = typer.Option(Path("."), "--repo", help="The fork's git repository (holds forgepatch/<arch>/<pin>)."),
+    pin: Optional[str] = pin_option("Only this pin."),
+    repo: Path = repo_option(Path("."), help="The fork's git repository (holds forgepatch/<arch>/<pin>)."),
     results: Optional[List[Path]] = typer.Option(None, "--results", metavar="FILE", help="Smoke results (`forgepatch smoke --json` output); repeatable. Default ./smoke-results.json."),
-    ledger: Optional[Path] = typer.Option(None, "--ledger", help="Ledger file (default: release.ledger of matrix.toml)."),
-    image: Optional[str] = typer.Option(None, "--image", help="Release this image (default: the newest one labelled with the arch and pin)."),
+    ledger: Optional[Path] = ledger_option(),
+    image: Optional[str] = image_option("Release this image (default: the newest one labelled with the arch and pin)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Say what would be released; write nothing."),
-    as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
+    as_json: bool = json_option("One JSON document on stdout."),
 ) -> None:
     """Tag validated combinations: annotated git tag, `validated` image tag, ledger entry."""
     from forgepatch.errors import BadInput, Failure
@@ -94,7 +94,7 @@ def _render(outcomes, ledger_path: Path, dry_run: bool) -> None:
                 out.print(f"    {escape(r.message)}", soft_wrap=True)
         elif o.promotion is not None and o.status in ("released", "recorded", "would-release"):
             verb = "would tag" if o.status == "would-release" else "tagged"
-            out.print(f"    registry: {verb} {escape(o.promotion.digest)} as {escape(', '.join(o.promotion.tags))}",
+            out.print(f"    registry: {verb} {escape(o.promotion.digest_ref)} as {escape(', '.join(o.promotion.tags))}",
                       soft_wrap=True)
     if not dry_run and any(o.status in ("released", "recorded") for o in outcomes):
         out.print(f"[dim]ledger: {escape(str(ledger_path))}[/]")
@@ -102,9 +102,9 @@ def _render(outcomes, ledger_path: Path, dry_run: bool) -> None:
 
 def _verify(
     tag: str = typer.Argument(..., help="A release tag, e.g. forgepatch/v0.5.23/sm120."),
-    repo: Path = typer.Option(Path("."), "--repo", help="The fork's git repository."),
-    ledger: Optional[Path] = typer.Option(None, "--ledger", help="Ledger file (default: release.ledger of matrix.toml)."),
-    as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
+    repo: Path = repo_option(Path("."), help="The fork's git repository."),
+    ledger: Optional[Path] = ledger_option(),
+    as_json: bool = json_option("One JSON document on stdout."),
 ) -> None:
     """Re-check a release: ledger, tag, branch commit, image and results must agree."""
     from rich.markup import escape
@@ -129,10 +129,10 @@ def _verify(
 
 
 def _status(
-    ledger: Optional[Path] = typer.Option(None, "--ledger", help="Ledger file (default: release.ledger of matrix.toml)."),
-    repo: Optional[Path] = typer.Option(None, "--repo", help="The fork's git repository: each entry is checked against its release tag (default: . when it is a git repository)."),
-    markdown: bool = typer.Option(False, "--markdown", help="Print the table as Markdown."),
-    as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
+    ledger: Optional[Path] = ledger_option(),
+    repo: Optional[Path] = repo_option(None, help="The fork's git repository: each entry is checked against its release tag (default: . when it is a git repository)."),
+    markdown: bool = markdown_option("Print the table as Markdown."),
+    as_json: bool = json_option("One JSON document on stdout."),
 ) -> None:
     """The compatibility table of released (validated) combinations: pin x arch x profiles.
     The ledger's chain is verified first; a broken one is marked and exits 1."""

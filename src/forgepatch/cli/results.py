@@ -7,6 +7,8 @@ from typing import List, Optional
 
 import typer
 
+from forgepatch.cli._options import json_option, markdown_out_option, old_spelling, renamed
+
 from forgepatch.cli._state import print_json
 from forgepatch.errors import BadInput
 
@@ -16,9 +18,10 @@ results_app = typer.Typer(rich_markup_mode=None, help="Work with smoke results f
 def merge_cmd(
     files: List[Path] = typer.Argument(..., help="Results files (`forgepatch smoke --json` of each shard)."),
     out: Path = typer.Option(..., "--out", help="Write the merged results here ('-': stdout, the document only)."),
-    markdown: Optional[Path] = typer.Option(None, "--markdown", help="Also write the Markdown compatibility table."),
+    markdown: Optional[Path] = markdown_out_option(),
+    markdown_old: Optional[Path] = old_spelling("--markdown"),
     junit: Optional[Path] = typer.Option(None, "--junit", help="Also write JUnit XML."),
-    as_json: bool = typer.Option(False, "--json", help="Print the merged document on stdout too."),
+    as_json: bool = json_option("Print the merged document on stdout too."),
 ) -> None:
     """Merge shard results into one document; shards of one run come back in the unsharded
     order. Two different results for one job are refused (exit 2)."""
@@ -28,7 +31,8 @@ def merge_cmd(
     from forgepatch.smoke.merge import merge
 
     target = check_output(out, "--out", stdout_ok=True)  # None: stdout
-    markdown = check_output(markdown, "--markdown") if markdown else None
+    markdown = renamed(markdown, markdown_old, "--markdown", "--markdown-out")
+    markdown = check_output(markdown, "--markdown-out") if markdown else None
     junit = check_output(junit, "--junit") if junit else None
     merged = merge(list(files))
     if target is None:

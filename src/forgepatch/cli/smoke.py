@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from forgepatch.cli._options import arch_option
+from forgepatch.cli._options import arch_option, image_option, json_option, markdown_out_option, old_spelling, pin_option, renamed
 from forgepatch.cli._state import STATE, console, print_json
 
 
@@ -23,19 +23,20 @@ def _sigterm_interrupts() -> None:
 
 def _smoke(
     arch: Optional[str] = arch_option(None, help="Only this arch."),
-    pin: Optional[str] = typer.Option(None, "--pin", help="Only this pin."),
+    pin: Optional[str] = pin_option("Only this pin."),
     profile: Optional[str] = typer.Option(None, "--profile", help="Only this flag profile."),
     runner: str = typer.Option("docker", "--runner", help="docker (one container per job) or local (processes here)."),
-    image: Optional[str] = typer.Option(None, "--image", help="Image to run ({arch} {pin} {repo} are filled in); default [smoke] image."),
+    image: Optional[str] = image_option("Image to run ({arch} {pin} {repo} are filled in); default [smoke] image."),
     bisect: Optional[str] = typer.Option(None, "--bisect", help="Find the smallest failing subset of this profile's flag groups."),
     shard: Optional[str] = typer.Option(None, "--shard", help="Run shard I of N of the job list (I/N)."),
     jobs: Optional[int] = typer.Option(None, "--jobs", min=1, help="Jobs at once (default: one per GPU)."),
     junit: Optional[Path] = typer.Option(None, "--junit", help="Write JUnit XML here."),
-    markdown: Optional[Path] = typer.Option(None, "--markdown", help="Write the Markdown compatibility table here."),
+    markdown: Optional[Path] = markdown_out_option("Write the Markdown compatibility table to this file."),
+    markdown_old: Optional[Path] = old_spelling("--markdown"),
     logs: Optional[Path] = typer.Option(None, "--logs", help="Keep job logs under this directory (default: the cache)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="--bisect: ignore cached results."),
     builds: Optional[List[Path]] = typer.Option(None, "--builds", metavar="RECORD", help="Build record(s) (`build --push --record`): run each job on the digest built for its arch x pin, pulled if missing."),
-    as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
+    as_json: bool = json_option("One JSON document on stdout."),
 ) -> None:
     """Launch arch x pin x profile smoke jobs; triage failures by phase and signature."""
     from forgepatch.errors import Failure
@@ -45,7 +46,8 @@ def _smoke(
 
     from forgepatch.paths import check_output
 
-    for path, flag in ((junit, "--junit"), (markdown, "--markdown")):
+    markdown = renamed(markdown, markdown_old, "--markdown", "--markdown-out")
+    for path, flag in ((junit, "--junit"), (markdown, "--markdown-out")):
         if path is not None:
             check_output(path, flag)  # before any job runs
     _sigterm_interrupts()
@@ -134,9 +136,9 @@ class _PullProgress:
 
 def _triage(
     logfile: str = typer.Argument(..., help="A log file, or - for stdin."),
-    pin: Optional[str] = typer.Option(None, "--pin", help="Use this pin's marker overrides from matrix.toml."),
+    pin: Optional[str] = pin_option("Use this pin's marker overrides from matrix.toml."),
     context: int = typer.Option(3, "--context", min=0, help="Lines shown around the error."),
-    as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
+    as_json: bool = json_option("One JSON document on stdout."),
 ) -> None:
     """Find the last phase reached and the failure signature in an existing log."""
     from forgepatch.smoke import service

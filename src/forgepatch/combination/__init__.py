@@ -300,19 +300,37 @@ def smoke_image(template: str, repo: str, pin: str, arch: str) -> str:
     return template.format(repo=repo, pin=tag_safe(pin), arch=arch)
 
 
-def split_ref(ref: str) -> tuple[str, str]:
-    """``repo:tag`` -> (repo, tag) (a registry port's colon stays in the repo)."""
-    repo, sep, tag = ref.rpartition(":")
-    if not sep or "/" in tag:
-        return ref, "latest"
-    return repo, tag
-
-
-# -- fork branches and git trailers ----------------------------------------------------------
+# -- fork branches, release tags and git trailers ---------------------------------------------
+# (the orders differ and stay: branches and tags already made carry them)
 
 def branch_name(arch: str, pin: str) -> str:
-    """The fork branch of one arch x pin."""
+    """The fork branch of one arch x pin: ``forgepatch/<arch>/<pin>``."""
     return f"forgepatch/{arch}/{pin}"
+
+
+RELEASE_TAG_TEMPLATE = "forgepatch/{pin}/{arch}"  # [release] tag_template's default
+
+
+def release_tag(template: str, pin: str, arch: str) -> str:
+    """The git tag of a release: ``[release] tag_template`` filled in (placeholders ``{pin}``
+    ``{arch}``); ValueError naming the template's problem."""
+    try:
+        return template.format(pin=pin, arch=arch)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise ValueError(f"[release] tag_template {template!r}: {exc} (placeholders: {{pin}} {{arch}})") from None
+
+
+def release_tag_form(template: str | None) -> "re.Pattern[str] | None":
+    """A regex matching every tag name ``template`` can give (None: no template, or not one)."""
+    import string
+
+    if not template:
+        return None
+    try:
+        parts = list(string.Formatter().parse(template))
+    except ValueError:
+        return None
+    return re.compile("".join(re.escape(text) + ("[^/]+" if name is not None else "") for text, name, _, _ in parts))
 
 
 class Trailer:

@@ -16,7 +16,8 @@ from typing import Any
 
 from forgepatch.arch import ARCHES
 from forgepatch.errors import BadInput
-from forgepatch.combination import LABEL, LABEL_ARG, content_ref, image_tag, split_ref
+from forgepatch.combination import LABEL, LABEL_ARG, content_ref, image_tag
+from forgepatch.infra.refs import repository
 from forgepatch.images.spec import ImageSpec
 
 NAME = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -96,7 +97,7 @@ def validate(doc: Any, base_dir: Path) -> list[str]:
         digest = labels.get(LABEL["context_hash"], "")
         if not isinstance(tags, list) or not tags or not all(isinstance(x, str) for x in tags):
             problems.append(f"{where}: tags must be a non-empty list of strings")
-        elif tags[0] != content_ref(split_ref(tags[0])[0], labels.get(LABEL["pin"], ""), str(arch), digest):
+        elif tags[0] != content_ref(repository(tags[0]), labels.get(LABEL["pin"], ""), str(arch), digest):
             problems.append(f"{where}: first tag {tags[0]!r} is not <repo>:<pin>-<arch>-<hash12>")
     groups = doc.get("group", {})
     if not isinstance(groups, dict) or "default" not in groups:

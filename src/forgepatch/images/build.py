@@ -18,6 +18,7 @@ from typing import Any, Callable
 from forgepatch.combination import LABEL
 from forgepatch.infra.dockerapi import api as connect
 from forgepatch.infra.dockerapi import repo_digest
+from forgepatch.infra.refs import split_tag
 from forgepatch.errors import BadInput, Failure
 from forgepatch.images.spec import ImageSpec
 STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
@@ -126,8 +127,7 @@ def find_cached(api, spec: ImageSpec, base_id: str) -> str | None:
 
 def _tag(api, image_id: str, refs: list[str]) -> None:
     for ref in refs:
-        repo, _, tag = ref.rpartition(":")
-        api.tag(image_id, repo, tag, force=True)
+        api.tag(image_id, *split_tag(ref), force=True)
 
 
 def build_image(

@@ -96,13 +96,13 @@ def fetch(api, result, on_event: Event | None = None) -> None:
     """Pull a registry hit by digest and give it its local tags (for the audit, which reads
     the image through this engine)."""
     from forgepatch.infra import registry
-    from forgepatch.combination import split_ref
+    from forgepatch.infra.refs import split_tag
 
     image_id = registry.pull(api, parse(result.digest, "digest"), on_event)
     if image_id != result.image_id:
         raise Failure(f"pulled {result.digest} as image {image_id[:19]}, the registry's config says {result.image_id[:19]}")
     for ref in result.tags:
-        name, tag = split_ref(ref)
+        name, tag = split_tag(ref)
         api.tag(image_id, name, tag, force=True)
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from forgepatch.infra.refs import repository
+
 ENGINE_HINT = (
     "start it (`sudo systemctl start docker`, or `sudo dockerd &`; tests/support/docker_engine.sh "
     "does it on a bare machine) or point DOCKER_HOST at a running engine"
@@ -55,20 +57,8 @@ def image_labels(api_client: Any, ref: str) -> dict[str, str]:
     return dict(((api_client.inspect_image(ref).get("Config") or {}).get("Labels")) or {})
 
 
-def image_repository(ref: str) -> str:
-    """The repository of an image reference: ``host:5000/a/b:tag`` -> ``host:5000/a/b``."""
-    name = ref.partition("@")[0]
-    head, sep, tail = name.rpartition(":")
-    return head if sep and "/" not in tail else name
-
-
-def same_digest(a: str | None, b: str | None) -> bool:
-    """Two ``repo@sha256:...`` references name the same image bytes (repositories aside)."""
-    return bool(a and b) and a.rpartition("@")[2] == b.rpartition("@")[2]
-
-
 def repo_digest(inspected: dict[str, Any], repo: str | None = None) -> str | None:
     """The first registry digest (``repo@sha256:...``) of an inspected image, if it has one
     (with ``repo``: a digest in that repository only)."""
-    digests = [d for d in inspected.get("RepoDigests") or [] if repo is None or d.partition("@")[0] == repo]
+    digests = [d for d in inspected.get("RepoDigests") or [] if repo is None or repository(d) == repo]
     return digests[0] if digests else None

@@ -129,3 +129,39 @@ def is_digest_ref(ref: str) -> bool:
     """``repo@sha256:<64 hex>`` (cheap, no validation of the repo part)."""
     _, at, digest = ref.partition("@")
     return bool(at) and bool(DIGEST.fullmatch(digest))
+
+
+# -- references Docker or a document already holds: split, not validated -----------------------
+
+def split(ref: str) -> tuple[str, str | None, str | None]:
+    """``[REGISTRY/]PATH[:TAG][@DIGEST]`` -> (repository, tag, digest), a registry port's
+    colon kept in the repository. For references the engine, a registry or a forgepatch
+    document handed over (``parse`` checks what a user typed)."""
+    name, at, digest = ref.partition("@")
+    head, colon, tag = name.rpartition(":")
+    if colon and "/" not in tag:
+        name = head
+    else:
+        tag = ""
+    return name, tag or None, (digest if at else None) or None
+
+
+def repository(ref: str) -> str:
+    """``host:5000/a/b:tag`` and ``host:5000/a/b@sha256:…`` -> ``host:5000/a/b``."""
+    return split(ref)[0]
+
+
+def split_tag(ref: str) -> tuple[str, str]:
+    """``repo:tag`` -> (repo, tag); ``latest`` when it names none (what ``docker tag`` takes)."""
+    name, tag, _ = split(ref)
+    return name, tag or "latest"
+
+
+def digest_of(ref: str | None) -> str | None:
+    """The ``sha256:…`` of a ``repo@sha256:…`` reference (None: it carries no digest)."""
+    return split(ref)[2] if ref else None
+
+
+def same_digest(a: str | None, b: str | None) -> bool:
+    """Two ``repo@sha256:…`` references name the same image bytes (repositories aside)."""
+    return bool(a and b) and digest_of(a) is not None and digest_of(a) == digest_of(b)

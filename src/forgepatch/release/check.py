@@ -10,9 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from forgepatch.combination import LABEL, Trailer, Upstream, branch_name, packages_problems, release_identity
+from forgepatch.combination.ledger import ProfileEvidence
+from forgepatch.combination.records import AuditSummary
 from forgepatch.combination.results import JobResult, Toolchain, imported_problems
 from forgepatch.errors import BadInput
+from forgepatch.infra.refs import same_digest
 from forgepatch.release import evidence as ev
+from forgepatch.utctime import EPOCH
 
 
 @dataclass
@@ -36,7 +40,7 @@ class Combination:
     upstream: str | None  # the fork branch's upstream commit
     patchset: str
     image: ev.ImageFacts
-    profiles: dict[str, dict[str, Any]]  # profile -> the passing job's record
+    profiles: dict[str, ProfileEvidence]  # profile -> the passing job it rests on
     results: list[ev.ResultsFile]  # the files the passing jobs came from
 
     def identity(self) -> dict[str, Any]:
@@ -44,8 +48,11 @@ class Combination:
 
     def toolchains(self) -> dict[str, Toolchain | None]:
         """The toolchain each passing profile ran on."""
-        return {p: Toolchain.model_validate(r["toolchain"]) if r.get("toolchain") else None
-                for p, r in self.profiles.items()}
+        return {p: r.toolchain for p, r in self.profiles.items()}
+
+    def audit(self) -> AuditSummary | None:
+        """The kernel audit the smoke jobs carried from the build record (None: not run)."""
+        return next((r.audit for r in self.profiles.values() if r.audit), None)
 
 
 @dataclass
@@ -128,7 +135,7 @@ def evaluate(inp: Inputs, arch: str, pin: str) -> Evaluation:
     else:
         out.reasons += _judge_branch(inp, br, arch, pin, patchset, want)
 
-    ran_on = max(((ev.parse_time(j.finished_at) or ev.parse_time("1970-01-01T00:00:00Z"), j.image_digest)
+    ran_on = max(((ev.parse_time(j.finished_at) or EPOCH, j.image_digest)
                   for _, j in jobs if j.image_digest), default=(None, None))[1]
     image = ev.current_image(inp.api, matrix.smoke.image_repo, arch, pin, inp.image_override, ran_on)
     if image is None:
@@ -137,7 +144,7 @@ def evaluate(inp: Inputs, arch: str, pin: str) -> Evaluation:
         out.reasons += _judge_image(image, br, name, pin, patchset, want)
         out.reasons += _judge_packages(image, pin, expected_packages(matrix, inp.patches_dir, arch, pin))
 
-    profiles: dict[str, dict[str, Any]] = {}
+    profiles: dict[str, ProfileEvidence] = {}
     used: dict[str, ev.ResultsFile] = {}
     for prof in required:
         mine = [(f, j) for f, j in jobs if j.profile == prof]
@@ -148,11 +155,11 @@ def evaluate(inp: Inputs, arch: str, pin: str) -> Evaluation:
         if image is None:
             continue
         reason, record = _judge_profile(prof, mine, image, patchset)
-        if reason:
+        if record is None:
             out.reasons.append(reason)
         else:
             profiles[prof] = record
-            used[record["results"]] = next(f for f, _ in mine if f.sha256 == record["results"])
+            used[record.results] = next(f for f, _ in mine if f.sha256 == record.results)
     if not out.reasons and br is not None and image is not None:
         out.combination = Combination(pin, arch, name, br.head, br.trailers.get(Trailer.UPSTREAM), patchset, image,
                                       profiles, list(used.values()))
@@ -202,43 +209,43 @@ def _judge_packages(image: ev.ImageFacts, pin: str, want: dict) -> list[Reason]:
 
 
 def _newest(rows: list[tuple[ev.ResultsFile, JobResult]]):
-    return max(rows, key=lambda fj: (ev.parse_time(fj[1].finished_at) or ev.parse_time("1970-01-01T00:00:00Z")))
+    return max(rows, key=lambda fj: (ev.parse_time(fj[1].finished_at) or EPOCH))
 
 
-def _judge_profile(prof: str, mine, image: ev.ImageFacts, patchset: str) -> tuple[Reason | None, dict[str, Any]]:
+def _judge_profile(prof: str, mine, image: ev.ImageFacts, patchset: str) -> tuple[Reason | None, ProfileEvidence | None]:
     """The newest run of ``prof`` on exactly this image decides; else say why none counts."""
     on_image = [(f, j) for f, j in mine if j.image_id == image.id]
     if not on_image:
         f, j = _newest(mine)
         when = ev.parse_time(j.finished_at)
         if not j.image_id:
-            return Reason("results-incomplete", f"smoke results for {prof} ({f.path}) do not record the image id they ran on (re-run `forgepatch smoke` with the docker runner)", prof), {}
+            return Reason("results-incomplete", f"smoke results for {prof} ({f.path}) do not record the image id they ran on (re-run `forgepatch smoke` with the docker runner)", prof), None
         if when is None or when < image.created:
             return Reason("stale-results", f"stale results for {prof}: they ran on image {j.image_id[:19]}"
-                          f"{' at ' + ev.iso(when) if when else ''}; image {image.ref or image.id[:19]} ({image.id[:19]}) was rebuilt since, at {ev.iso(image.created)} (re-run `forgepatch smoke`)", prof), {}
-        return Reason("other-image", f"smoke results for {prof} are for image {j.image_id[:19]}, not the current image {image.id[:19]}", prof), {}
+                          f"{' at ' + ev.iso(when) if when else ''}; image {image.ref or image.id[:19]} ({image.id[:19]}) was rebuilt since, at {ev.iso(image.created)} (re-run `forgepatch smoke`)", prof), None
+        return Reason("other-image", f"smoke results for {prof} are for image {j.image_id[:19]}, not the current image {image.id[:19]}", prof), None
     f, j = _newest(on_image)
     when = ev.parse_time(j.finished_at)
     if when is None:
-        return Reason("results-incomplete", f"smoke results for {prof} ({f.path}) do not record when they ran (finished_at)", prof), {}
+        return Reason("results-incomplete", f"smoke results for {prof} ({f.path}) do not record when they ran (finished_at)", prof), None
     if when < image.created:
-        return Reason("stale-results", f"stale results for {prof}: they finished at {ev.iso(when)}, before image {image.id[:19]} was created at {ev.iso(image.created)}", prof), {}
+        return Reason("stale-results", f"stale results for {prof}: they finished at {ev.iso(when)}, before image {image.id[:19]} was created at {ev.iso(image.created)}", prof), None
     if j.patchset != patchset:
         return Reason("results-incomplete" if not j.patchset else "patchset-changed",
-                      f"smoke results for {prof} record patchset {j.patchset or '(none)'}, the patch files now hash to {patchset}", prof), {}
-    from forgepatch.infra.dockerapi import same_digest
-
-    if j.image_digest and image.digest and not same_digest(j.image_digest, image.digest):
-        return Reason("other-image", f"smoke results for {prof} ran on {j.image_digest}, the image is now {image.digest}", prof), {}
+                      f"smoke results for {prof} record patchset {j.patchset or '(none)'}, the patch files now hash to {patchset}", prof), None
+    if j.image_digest and image.digest_ref and not same_digest(j.image_digest, image.digest_ref):
+        return Reason("other-image", f"smoke results for {prof} ran on {j.image_digest}, the image is now {image.digest_ref}", prof), None
     if j.status != "pass":
         what = j.label or j.summary or j.status
         where = f" in {j.failing_phase}" if j.failing_phase else ""
         return Reason("failing-profile", f"profile {prof} {'failed' if j.status == 'fail' else j.status}: {what}"
-                      f"{f' [{j.signature}]' if j.signature else ''}{where} (job {j.id}, {f.path})", prof), {}
+                      f"{f' [{j.signature}]' if j.signature else ''}{where} (job {j.id}, {f.path})", prof), None
     if problems := imported_problems(image.labels, j.imported):
         return Reason("imported-packages", f"smoke results for {prof} (job {j.id}, {f.path}) ran with other packages "
-                      f"than image {image.ref or image.id[:19]} carries: {'; '.join(problems)}", prof), {}
-    record = {"status": "pass", "job": j.id, "finished_at": j.finished_at, "image_id": j.image_id,
-              "image_digest": j.image_digest, "audit": j.audit.model_dump(mode="json") if j.audit else None, "patchset": j.patchset, "results": f.sha256,
-              "toolchain": j.toolchain.model_dump(mode="json") if j.toolchain else None}
+                      f"than image {image.ref or image.id[:19]} carries: {'; '.join(problems)}", prof), None
+    # the toolchain re-read from its dump: the evidence records every field (None where unknown)
+    record = ProfileEvidence(status="pass", job=j.id, finished_at=j.finished_at, image_id=j.image_id,
+                             image_ref=j.image_digest, audit=j.audit,
+                             patchset=j.patchset, results=f.sha256,
+                             toolchain=Toolchain.model_validate(j.toolchain.model_dump(mode="json")) if j.toolchain else None)
     return None, record

@@ -5,16 +5,18 @@ the image in the Docker engine. Nothing here writes, except the small docker wri
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from forgepatch.combination import LABEL, Upstream, content_ref, image_ref, split_ref, validated_ref
+from forgepatch.combination import LABEL, Upstream, content_ref, image_ref, validated_ref
+from forgepatch.combination.ledger import ImageRecord
 from forgepatch.combination.results import JobResult, SmokeResults
 from forgepatch.errors import BadInput, Failure
 from forgepatch.infra.gitrepo import GitRepo
+from forgepatch.infra.refs import is_digest_ref, parse_digest_ref, repository, split_tag
 from forgepatch.release.ledger import sha256_bytes
-from forgepatch.utctime import iso, parse as parse_time  # noqa: F401  (release reads times through ev.)
+from forgepatch.utctime import EPOCH, iso, parse as parse_time  # noqa: F401  (release reads times through ev.)
 
 
 # -- smoke results -----------------------------------------------------------------------------
@@ -114,7 +116,7 @@ class ImageFacts:
     labels: dict[str, str]
     repo_tags: list[str]
     ref: str | None  # the content-addressed tag <repo>:<pin>-<arch>-<hash12>, if it still names this image
-    digest: str | None = None  # registry digest (repo@sha256:...), when the image has one
+    digest_ref: str | None = None  # its registry reference repo@sha256:..., when it has one
     repo_digests: list[str] | None = None
     local: bool = True  # False: known from the registry only (not in this engine)
 
@@ -122,12 +124,18 @@ class ImageFacts:
     def upstream(self) -> Upstream | None:
         return Upstream.from_labels(self.labels)
 
+    def record(self, validated: str | None = None, registry_tags: list[str] | None = None) -> ImageRecord:
+        """The image as a ledger entry records it (``validated``: the tag the release sets,
+        left out of ``tags``; ``registry_tags``: the registry tags it promoted)."""
+        return ImageRecord(id=self.id, digest_ref=self.digest_ref, ref=self.ref, created=iso(self.created),
+                           tags=[t for t in self.repo_tags if t != validated], patchset=self.labels.get(LABEL["patchset"]),
+                           upstream=self.labels.get(LABEL["upstream"]), upstream_version=self.labels.get(LABEL["version"]),
+                           upstream_revision=self.labels.get(LABEL["revision"]), engine=self.labels.get(LABEL["engine"]),
+                           context_hash=self.labels.get(LABEL["context_hash"]), validated=validated,
+                           registry_tags=registry_tags)
+
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "digest": self.digest, "ref": self.ref, "created": iso(self.created),
-                "tags": self.repo_tags, "patchset": self.labels.get(LABEL["patchset"]),
-                "upstream": self.labels.get(LABEL["upstream"]), "upstream_version": self.labels.get(LABEL["version"]),
-                "upstream_revision": self.labels.get(LABEL["revision"]), "engine": self.labels.get(LABEL["engine"]),
-                "context_hash": self.labels.get(LABEL["context_hash"])}
+        return self.record().model_dump(mode="json", by_alias=True, exclude={"validated"})
 
 
 def inspect_image(api, ref: str) -> ImageFacts | None:
@@ -140,7 +148,7 @@ def inspect_image(api, ref: str) -> ImageFacts | None:
     from forgepatch.infra.dockerapi import repo_digest
 
     labels = (doc.get("Config") or {}).get("Labels") or {}
-    created = parse_time(doc.get("Created")) or datetime.fromtimestamp(0, timezone.utc)
+    created = parse_time(doc.get("Created")) or EPOCH
     return ImageFacts(doc["Id"], created, dict(labels), list(doc.get("RepoTags") or []), None, repo_digest(doc),
                       list(doc.get("RepoDigests") or []))
 
@@ -149,19 +157,18 @@ def remote_image(digest: str, what: str = "--image") -> ImageFacts | None:
     """An image known from the registry only (its manifest and config; nothing pulled): its
     ID is the config digest, as the engine would name it once pulled."""
     from forgepatch.infra import registry
-    from forgepatch.infra.refs import parse_digest_ref
 
     found = registry.remote_image(parse_digest_ref(digest, what))
     if found is None:
         return None
-    created = parse_time(found.created) or datetime.fromtimestamp(0, timezone.utc)
+    created = parse_time(found.created) or EPOCH
     return ImageFacts(found.image_id, created, found.labels, [], None, found.digest_ref, [found.digest_ref], local=False)
 
 
 def _in_repo(image: ImageFacts, repo: str) -> ImageFacts:
     """The digest that matters is the one in ``repo`` (the image may have been pushed elsewhere too)."""
     if image.local:
-        image.digest = next((d for d in image.repo_digests or [] if d.partition("@")[0] == repo), None)
+        image.digest_ref = next((d for d in image.repo_digests or [] if repository(d) == repo), None)
     return image
 
 
@@ -171,7 +178,7 @@ def build_ref(repo: str, pin: str, arch: str, image: ImageFacts) -> str | None:
     if chash:
         return content_ref(repo, pin, arch, chash)
     moving, validated = image_ref(repo, pin, arch), validated_ref(repo, pin, arch)
-    others = [t for t in image.repo_tags if split_ref(t)[0] == repo and t not in (moving, validated)]
+    others = [t for t in image.repo_tags if repository(t) == repo and t not in (moving, validated)]
     return others[0] if others else None
 
 
@@ -180,8 +187,6 @@ def current_image(api, repo: str, arch: str, pin: str, override: str | None = No
     """The image a release of (arch, pin) would publish: ``override`` if given, else the
     newest image labelled with that arch and pin that has a tag in ``repo``; when this engine
     has none, the digest the smoke jobs ran on (``ran_on``), read from the registry."""
-    from forgepatch.infra.refs import is_digest_ref
-
     if override:
         image = inspect_image(api, override)
         if image is None and is_digest_ref(override):
@@ -196,10 +201,10 @@ def current_image(api, repo: str, arch: str, pin: str, override: str | None = No
         image.ref = override if override in image.repo_tags else build_ref(repo, pin, arch, image)
         return _in_repo(image, repo)
     listed = api.images(filters={"label": [f"{LABEL['arch']}={arch}", f"{LABEL['pin']}={pin}"]})
-    listed = [row for row in listed if any(split_ref(t)[0] == repo for t in row.get("RepoTags") or [])]
+    listed = [row for row in listed if any(repository(t) == repo for t in row.get("RepoTags") or [])]
     found = [i for i in (inspect_image(api, row["Id"]) for row in listed) if i is not None]
     if not found:
-        if ran_on and is_digest_ref(ran_on) and ran_on.partition("@")[0] == repo:
+        if ran_on and is_digest_ref(ran_on) and repository(ran_on) == repo:
             image = remote_image(ran_on, "smoke results image_digest")
             if image is not None and (image.labels.get(LABEL["arch"]), image.labels.get(LABEL["pin"])) == (arch, pin):
                 image.ref = build_ref(repo, pin, arch, image)
@@ -216,7 +221,7 @@ def resolve_tag(api, ref: str) -> str | None:
 
 
 def set_image_tag(api, image_id: str, ref: str) -> None:
-    name, tag_ = split_ref(ref)
+    name, tag_ = split_tag(ref)
     if not api.tag(image_id, name, tag_, force=True):
         raise Failure(f"docker tag {image_id[:19]} {ref}: the engine refused")
 

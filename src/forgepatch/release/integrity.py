@@ -17,25 +17,18 @@ a tag of the ledger is signed, every later one must be signed and verify.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from forgepatch.combination import LEDGER_GENESIS, Trailer
-from forgepatch.release.ledger import canonical, chain_problem
-
-UNBOUND = ("tag_object", "digest")  # the entry fields its tag cannot carry
-
-
-def content_digest(entry: dict[str, Any]) -> str:
-    """sha256 of the entry without ``tag_object`` and ``digest`` (``prev`` included)."""
-    return hashlib.sha256(canonical({k: v for k, v in entry.items() if k not in UNBOUND})).hexdigest()
+from forgepatch.combination import LEDGER_GENESIS, Trailer, release_tag_form
+from forgepatch.combination.ledger import LedgerEntry, content_digest  # noqa: F401  (re-exported)
+from forgepatch.release.ledger import chain_problem
 
 
-def tag_trailers(entry: dict[str, Any]) -> dict[str, str]:
+def tag_trailers(entry: LedgerEntry) -> dict[str, str]:
     """The trailers binding a release tag to ``entry`` (which carries ``prev``)."""
-    return {Trailer.LEDGER_ENTRY: content_digest(entry), Trailer.LEDGER_PREV: entry.get("prev") or LEDGER_GENESIS,
-            Trailer.RELEASED_AT: entry["released_at"]}
+    return {Trailer.LEDGER_ENTRY: entry.content_digest(), Trailer.LEDGER_PREV: entry.prev or LEDGER_GENESIS,
+            Trailer.RELEASED_AT: entry.released_at or ""}
 
 
 @dataclass
@@ -62,42 +55,27 @@ class ChainReport:
                 "signed_tags_verified": self.signed}
 
 
-def entry_problem(i: int, entry: dict[str, Any], facts, repo=None) -> str | None:
+def entry_problem(i: int, entry: LedgerEntry, facts, repo=None) -> str | None:
     """Why ``entry`` (number ``i``) and its tag (``TagFacts`` or None) disagree, else None."""
-    label = f"entry {i} ({entry.get('tag', '?')})"
+    label = f"entry {i} ({entry.tag})"
     if facts is None:
         return f"{label}: its tag is missing from {getattr(repo, 'root', 'the repository')} (deleted? fetch the tags: git fetch --tags)"
-    if not facts.annotated or facts.object != entry.get("tag_object"):
+    if not facts.annotated or facts.object != entry.tag_object:
         return (f"{label}: the tag is {'a lightweight tag' if not facts.annotated else 'tag object ' + facts.object[:12]}"
-                f", the ledger recorded {str(entry.get('tag_object'))[:12]} (tag re-created)")
-    if entry.get("commit") and facts.commit != entry["commit"]:
-        return (f"{label}: the tag points at commit {facts.commit[:12]}, the ledger recorded {str(entry['commit'])[:12]} "
+                f", the ledger recorded {str(entry.tag_object)[:12]} (tag re-created)")
+    if entry.commit and facts.commit != entry.commit:
+        return (f"{label}: the tag points at commit {facts.commit[:12]}, the ledger recorded {entry.commit[:12]} "
                 f"(tag re-pointed at other code)")
     recorded = facts.trailers.get(Trailer.LEDGER_ENTRY)
     if not recorded:
         return f"{label}: its tag message carries no {Trailer.LEDGER_ENTRY} (made without tamper evidence)"
-    if facts.trailers.get(Trailer.LEDGER_PREV) != (entry.get("prev") or LEDGER_GENESIS):
-        return f"{label}: its tag followed {facts.trailers.get(Trailer.LEDGER_PREV, '?')[:12]} in the chain, the ledger says {(entry.get('prev') or LEDGER_GENESIS)[:12]}"
-    if recorded != content_digest(entry):
+    if facts.trailers.get(Trailer.LEDGER_PREV) != (entry.prev or LEDGER_GENESIS):
+        return f"{label}: its tag followed {facts.trailers.get(Trailer.LEDGER_PREV, '?')[:12]} in the chain, the ledger says {(entry.prev or LEDGER_GENESIS)[:12]}"
+    if recorded != entry.content_digest():
         when = facts.trailers.get(Trailer.RELEASED_AT)
-        which = f" (released_at: ledger {entry.get('released_at')}, tag {when})" if when and when != entry.get("released_at") else ""
+        which = f" (released_at: ledger {entry.released_at}, tag {when})" if when and when != entry.released_at else ""
         return f"{label}: the entry differs from the one its tag recorded at release{which} (edited after release)"
     return None
-
-
-def tag_form(template: str | None):
-    """A regex matching every tag name ``[release] tag_template`` can give (None: no template)."""
-    import re
-    import string
-
-    if not template:
-        return None
-    try:
-        parts = list(string.Formatter().parse(template))
-    except ValueError:
-        return None
-    pattern = "".join(re.escape(text) + ("[^/]+" if name is not None else "") for text, name, _, _ in parts)
-    return re.compile(pattern)
 
 
 def must_sign(repo, require_signed: bool) -> str | None:
@@ -111,7 +89,7 @@ def must_sign(repo, require_signed: bool) -> str | None:
     return f"this repository signs tags ({how}: tag.gpgSign / user.signingkey)" if how else None
 
 
-def check_chain(entries: list[dict[str, Any]], repo, check_signatures: bool = True, *,
+def check_chain(entries: list[LedgerEntry], repo, check_signatures: bool = True, *,
                 tag_template: str | None = None, require_signed: bool = False) -> ChainReport:
     """The whole ledger against the repository's tags: the hash chain, each entry against the
     digest its tag carries, the commit it points at (and the tag's signature, required where
@@ -126,30 +104,30 @@ def check_chain(entries: list[dict[str, Any]], repo, check_signatures: bool = Tr
     ours = set()
     signed_by: int | None = None  # the first entry whose tag is signed
     for i, entry in enumerate(entries, 1):
-        facts = repo.tag(entry["tag"])
+        facts = repo.tag(entry.tag)
         report.problem = entry_problem(i, entry, facts, repo)
         if report.problem:
             return report
         report.tags += 1
         ours.add(facts.object)
         if not facts.signature and signing_required:
-            report.problem = f"entry {i} ({entry['tag']}): its tag is unsigned, but {signing_required}"
+            report.problem = f"entry {i} ({entry.tag}): its tag is unsigned, but {signing_required}"
             return report
         if not facts.signature and signed_by is not None:  # signing never stops silently
-            report.problem = (f"entry {i} ({entry['tag']}): its tag is unsigned, but the tag of entry {signed_by} "
+            report.problem = (f"entry {i} ({entry.tag}): its tag is unsigned, but the tag of entry {signed_by} "
                               f"is signed (re-created without a signature?)")
             return report
         if facts.signature:
             signed_by = signed_by or i
         if facts.signature and check_signatures:
-            why = repo.verify_tag(entry["tag"])
+            why = repo.verify_tag(entry.tag)
             if why:
-                report.problem = f"entry {i} ({entry['tag']}): its tag is signed ({facts.signature}) but the signature does not verify: {why}"
+                report.problem = f"entry {i} ({entry.tag}): its tag is signed ({facts.signature}) but the signature does not verify: {why}"
                 return report
             report.signed += 1
-    digests = {e["digest"]: n for n, e in enumerate(entries, 1)}
-    form = tag_form(tag_template)
-    ledger_tags = {e.get("tag") for e in entries}
+    digests = {e.digest: n for n, e in enumerate(entries, 1)}
+    form = release_tag_form(tag_template)
+    ledger_tags = {e.tag for e in entries}
     for name in repo.tag_names():
         facts = repo.tag(name)
         if facts is None or facts.object in ours:
@@ -165,7 +143,7 @@ def check_chain(entries: list[dict[str, Any]], repo, check_signatures: bool = Tr
         if prev in digests or (prev == LEDGER_GENESIS and not entries):
             n = digests.get(prev, 0)
             if n == len(entries):
-                report.problem = (f"release tag {name} follows the ledger's last entry ({entries[-1]['tag'] if entries else 'none'}) "
+                report.problem = (f"release tag {name} follows the ledger's last entry ({entries[-1].tag if entries else 'none'}) "
                                   "but has no entry: the last entry was removed")
             else:
                 report.problem = f"release tag {name} follows entry {n} but has no entry of its own: an entry was removed"

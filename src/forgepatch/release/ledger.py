@@ -21,38 +21,29 @@ import hashlib
 import json
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
-from forgepatch.infra.atomic import write_atomic
-from typing import Any, Iterator
-
+from forgepatch.combination.ledger import FORMAT, LedgerEntry, canonical, entry_digest  # noqa: F401  (re-exported)
 from forgepatch.errors import BadInput, Failure
+from forgepatch.infra.atomic import write_atomic
 
-FORMAT = "forgepatch-ledger/1"
 LOCK_TIMEOUT_S = 120.0
-
-
-def canonical(doc: Any) -> bytes:
-    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-
-
-def entry_digest(entry: dict[str, Any]) -> str:
-    return hashlib.sha256(canonical({k: v for k, v in entry.items() if k != "digest"})).hexdigest()
 
 
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def chain_problem(entries: list[dict[str, Any]]) -> str | None:
+def chain_problem(entries: list[LedgerEntry]) -> str | None:
     """The first break in the hash chain, in words; None when intact."""
     prev = ""
     for i, entry in enumerate(entries, 1):
-        label = f"entry {i} ({entry.get('tag', '?')})"
-        if entry.get("prev") != prev:
+        label = f"entry {i} ({entry.tag})"
+        if entry.prev != prev:
             return f"{label}: its 'prev' does not match entry {i - 1}'s digest (an entry was removed, reordered or edited)"
-        if entry.get("digest") != entry_digest(entry):
+        if entry.digest != entry.entry_digest():
             return f"{label}: its content does not match its digest (edited after release)"
-        prev = entry["digest"]
+        prev = entry.digest
     return None
 
 
@@ -72,7 +63,7 @@ class Ledger:
     def exists(self) -> bool:
         return self.path.is_file()
 
-    def read(self, required: bool = True) -> list[dict[str, Any]]:
+    def read(self, required: bool = True) -> list[LedgerEntry]:
         """The entries, oldest first. BadInput: missing (when required), unreadable, not JSON,
         or not a ledger. An absent ledger reads as empty when not required."""
         try:
@@ -90,10 +81,19 @@ class Ledger:
             raise BadInput(f"{self.path}: corrupt ledger ({where}); left as is") from None
         if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("releases"), list):
             raise BadInput(f"{self.path}: not a forgepatch ledger (want {{\"format\": \"{FORMAT}\", \"releases\": [...]}}); left as is")
+        from pydantic import ValidationError
+
+        out = []
         for i, entry in enumerate(doc["releases"], 1):
             if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str) for k in ("tag", "pin", "arch", "commit")):
                 raise BadInput(f"{self.path}: corrupt ledger (entry {i} lacks tag/pin/arch/commit); left as is")
-        return doc["releases"]
+            try:
+                out.append(LedgerEntry.stored(entry))
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                where = ".".join(str(p) for p in err["loc"])
+                raise BadInput(f"{self.path}: corrupt ledger (entry {i} ({entry['tag']}): {where}: {err['msg']}); left as is") from None
+        return out
 
     @contextmanager
     def lock(self, timeout: float | None = None) -> Iterator[None]:
@@ -117,25 +117,25 @@ class Ledger:
     def head(self) -> str:
         """The digest of the last entry ("" for an empty or absent ledger)."""
         entries = self.read(required=False)
-        return entries[-1]["digest"] if entries else ""
+        return (entries[-1].digest or "") if entries else ""
 
-    def append(self, entry: dict[str, Any]) -> dict[str, Any]:
+    def append(self, entry: LedgerEntry) -> LedgerEntry:
         """Chain ``entry`` onto the ledger and write it; call under ``lock()``. Returns the
         stored entry (with ``prev`` and ``digest``). Refuses when the chain is broken."""
         entries = self.read(required=False)
         problem = chain_problem(entries)
         if problem:
             raise Failure(f"{self.path}: ledger integrity check failed, {problem}; not appending (see `forgepatch verify`)")
-        head = entries[-1]["digest"] if entries else ""
-        if "prev" in entry and entry["prev"] != head:  # its tag records the chain head it followed
+        head = (entries[-1].digest or "") if entries else ""
+        if entry.prev is not None and entry.prev != head:  # its tag records the chain head it followed
             raise Failure(f"{self.path}: the ledger moved on while releasing (head {head[:12] or 'none'}, "
-                          f"the release followed {str(entry['prev'])[:12] or 'none'}); not appending")
-        stored = {k: v for k, v in entry.items() if k not in ("prev", "digest")}
+                          f"the release followed {entry.prev[:12] or 'none'}); not appending")
+        stored = {k: v for k, v in entry.doc().items() if k not in ("prev", "digest")}
         stored["prev"] = head
         stored["digest"] = entry_digest(stored)
-        doc = {"format": FORMAT, "releases": [*entries, stored]}
+        doc = {"format": FORMAT, "releases": [*(e.doc() for e in entries), stored]}
         atomic_write(self.path, (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
-        return stored
+        return LedgerEntry.stored(stored)
 
     # -- archived results ----------------------------------------------------------------
     def archive_results(self, data: bytes) -> Path:

@@ -59,7 +59,7 @@ def _write(ledger, doc: dict[str, Any]) -> None:
 def add(ledger, tag: str, promotion) -> None:
     """Record the registry tags ``tag``'s release will set (before its ledger entry)."""
     doc = _read(ledger)
-    doc["releases"][tag] = {"digest": promotion.digest, "tags": list(promotion.tags), "pid": os.getpid()}
+    doc["releases"][tag] = {"digest": promotion.digest_ref, "tags": list(promotion.tags), "pid": os.getpid()}
     _write(ledger, doc)
 
 
@@ -104,7 +104,7 @@ def recover(ledger) -> list[str]:
             tmp.unlink(missing_ok=True)
         if not path.is_file():
             return []
-        released = {e.get("tag") for e in ledger.read(required=False)}
+        released = {e.tag for e in ledger.read(required=False)}
         for tag in list(_read(ledger)["releases"]):
             if tag in released:
                 refs = complete(ledger, tag)

@@ -12,20 +12,20 @@ requires one (push it first), a local-only image repo keeps the local ``validate
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from forgepatch.combination import LABEL, image_tag, release_image_tag
+from forgepatch.combination.ledger import LedgerEntry
 from forgepatch.infra.refs import ImageRef, parse, parse_digest_ref
 
 
 @dataclass
 class Promotion:
-    digest: str  # repo@sha256:...
+    digest_ref: str  # repo@sha256:...
     tags: list[str]  # the registry tags the release names (validated first)
 
     @property
     def ref(self) -> ImageRef:
-        return parse_digest_ref(self.digest, "image digest")
+        return parse_digest_ref(self.digest_ref, "image digest")
 
     def refs(self) -> list[str]:
         return [f"{self.ref.name}:{t}" for t in self.tags]
@@ -52,9 +52,9 @@ def problems(promo: Promotion, image_id: str) -> list[str]:
     ref = promo.ref
     found = registry.remote_image(ref)
     if found is None:
-        return [f"registry {ref.host} has no image {promo.digest} (push it: `forgepatch build --push`)"]
+        return [f"registry {ref.host} has no image {promo.digest_ref} (push it: `forgepatch build --push`)"]
     if image_id and found.image_id != image_id:
-        return [f"{promo.digest} is image {found.image_id[:19]} in the registry, the release validated {image_id[:19]}"]
+        return [f"{promo.digest_ref} is image {found.image_id[:19]} in the registry, the release validated {image_id[:19]}"]
     out = []
     reg = registry.Registry(ref)
     now = reg.head(ref.with_tag(promo.tags[1]))
@@ -70,15 +70,15 @@ def promote(promo: Promotion) -> dict[str, str | None]:
     return registry.tag_remote(promo.ref, promo.tags)
 
 
-def check(entry: dict[str, Any], newest: bool) -> list[tuple[bool, str]]:
+def check(entry: LedgerEntry, newest: bool) -> list[tuple[bool, str]]:
     """(ok, detail) per registry fact of a ledger entry: each tag resolves to the recorded
     digest (the validated tag only for the newest release), the image there carries the
     recorded arch, pin and patchset and is the recorded image."""
     from forgepatch.infra import registry
 
-    rec = entry.get("image") or {}
-    digest = rec.get("digest")
-    tags = rec.get("registry_tags") or []
+    rec = entry.image
+    digest = rec.digest_ref
+    tags = rec.registry_tags or []
     if not digest or not tags:
         return []
     ref = parse_digest_ref(digest, "ledger image digest")
@@ -94,7 +94,7 @@ def check(entry: dict[str, Any], newest: bool) -> list[tuple[bool, str]]:
     if found is None:
         out.append((False, f"registry {ref.host} no longer has {digest}"))
         return out
-    out.append((found.image_id == rec.get("id"), f"{digest} is image {found.image_id[:19]}, the ledger recorded {str(rec.get('id'))[:19]}"))
-    for key, want in ((LABEL["arch"], entry.get("arch")), (LABEL["pin"], entry.get("pin")), (LABEL["patchset"], entry.get("patchset"))):
+    out.append((found.image_id == rec.id, f"{digest} is image {found.image_id[:19]}, the ledger recorded {str(rec.id)[:19]}"))
+    for key, want in ((LABEL["arch"], entry.arch), (LABEL["pin"], entry.pin), (LABEL["patchset"], entry.patchset)):
         out.append((found.labels.get(key) == want, f"{digest} has label {key}={found.labels.get(key)!r} in the registry, the ledger recorded {want!r}"))
     return out

@@ -17,15 +17,17 @@ carries the tags of a release the ledger does not have.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
-from forgepatch.combination import LABEL, Trailer, release_identity, validated_ref
+from forgepatch import utctime
+from forgepatch.combination import LABEL, Trailer, release_identity, release_tag, validated_ref
+from forgepatch.combination.ledger import ImageRecord, LedgerEntry, ResultsArchive
 from forgepatch.infra.gitrepo import format_trailers
 from forgepatch.errors import BadInput, Failure
 from forgepatch.infra.gitrepo import TagFacts
+from forgepatch.infra.refs import repository
 from forgepatch.infra.journal import notify, uninterrupted
 from forgepatch.release import evidence as ev
 from forgepatch.release import pending
@@ -43,7 +45,7 @@ class Outcome:
     status: str  # one of STATUSES
     reasons: list[Reason] = field(default_factory=list)
     combination: Combination | None = None
-    entry: dict[str, Any] | None = None
+    entry: LedgerEntry | None = None
     promotion: Any = None  # release.promote.Promotion: the registry tags this release sets
 
     def to_json(self) -> dict[str, Any]:
@@ -53,17 +55,18 @@ class Outcome:
             "reasons": [r.to_json() for r in self.reasons],
             "combination": None if comb is None else {
                 **comb.identity(), "branch": comb.branch, "upstream": comb.upstream, "image": comb.image.to_json(),
-                "profiles": comb.profiles, "results": [{"path": str(f.path), "sha256": f.sha256} for f in comb.results]},
-            "registry": None if self.promotion is None else {"digest": self.promotion.digest, "tags": self.promotion.refs()},
-            "entry": self.entry,
+                "profiles": {p: r.doc() for p, r in comb.profiles.items()},
+                "results": [{"path": str(f.path), "sha256": f.sha256} for f in comb.results]},
+            "registry": None if self.promotion is None else {"digest": self.promotion.digest_ref, "tags": self.promotion.refs()},
+            "entry": None if self.entry is None else self.entry.doc(),
         }
 
 
 def tag_name(matrix, arch: str, pin: str) -> str:
     try:
-        return matrix.release.tag_template.format(pin=pin, arch=arch)
-    except (KeyError, IndexError, ValueError) as exc:
-        raise BadInput(f"[release] tag_template {matrix.release.tag_template!r}: {exc} (placeholders: {{pin}} {{arch}})") from None
+        return release_tag(matrix.release.tag_template, pin, arch)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
 
 
 def toolchain_lines(comb: Combination) -> list[str]:
@@ -76,16 +79,9 @@ def toolchain_lines(comb: Combination) -> list[str]:
     return ["toolchain:"] + [f"  {p}: {line}" for p, line in found.items()]
 
 
-def release_audit(comb: Combination) -> dict[str, Any] | None:
-    """The kernel audit the smoke jobs carried from the build record (None: not run)."""
-    return next((r["audit"] for r in comb.profiles.values() if r.get("audit")), None)
-
-
 def audit_lines(comb: Combination) -> list[str]:
-    from forgepatch.combination.records import AuditSummary
-
-    found = release_audit(comb)
-    return [f"kernel audit: {AuditSummary.model_validate(found).line()}"] if found else []
+    found = comb.audit()
+    return [f"kernel audit: {found.line()}"] if found else []
 
 
 def tag_message(comb: Combination, tag: str, ledger: dict[str, str] | None = None) -> str:
@@ -97,19 +93,19 @@ def tag_message(comb: Combination, tag: str, ledger: dict[str, str] | None = Non
              f"fork branch {comb.branch} at {comb.commit}",
              f"upstream {comb.upstream or '(unknown)'}, patchset {comb.patchset}",
              f"image {img.id} ({img.ref or 'untagged'}), built {ev.iso(img.created)}"
-             + (f", digest {img.digest}" if img.digest else ""),
+             + (f", digest {img.digest_ref}" if img.digest_ref else ""),
              f"image upstream {up.describe() if up else '(not recorded)'}, engine {img.labels.get(LABEL['engine']) or '(not recorded)'}",
              *toolchain_lines(comb),
              *audit_lines(comb),
              "smoke results:"]
     width = max(len(p) for p in comb.profiles)
     for prof, rec in comb.profiles.items():
-        lines.append(f"  {prof:<{width}}  pass  job {rec['job']}  finished {rec['finished_at']}")
+        lines.append(f"  {prof:<{width}}  pass  job {rec.job}  finished {rec.finished_at}")
     for f in comb.results:
         lines.append(f"results file {f.path.name} sha256:{f.sha256}")
     trailers = format_trailers({
         Trailer.PIN: comb.pin, Trailer.ARCH: comb.arch, Trailer.COMMIT: comb.commit, Trailer.PATCHSET: comb.patchset,
-        Trailer.IMAGE: img.id, Trailer.IMAGE_DIGEST: img.digest, Trailer.PROFILES: ",".join(sorted(comb.profiles)),
+        Trailer.IMAGE: img.id, Trailer.IMAGE_DIGEST: img.digest_ref, Trailer.PROFILES: ",".join(sorted(comb.profiles)),
         Trailer.RESULTS: ",".join(f.sha256 for f in comb.results),
         **(ledger or {}),
     })
@@ -120,11 +116,6 @@ def tag_identity(facts: TagFacts) -> dict[str, Any]:
     t = facts.trailers
     return release_identity(t.get(Trailer.PIN), t.get(Trailer.ARCH), facts.commit, t.get(Trailer.PATCHSET),
                             t.get(Trailer.IMAGE), [p for p in t.get(Trailer.PROFILES, "").split(",") if p])
-
-
-def entry_identity(entry: dict[str, Any]) -> dict[str, Any]:
-    return release_identity(entry.get("pin"), entry.get("arch"), entry.get("commit"), entry.get("patchset"),
-                            (entry.get("image") or {}).get("id"), list(entry.get("profiles") or {}))
 
 
 def _differences(a: dict[str, Any], b: dict[str, Any]) -> str:
@@ -138,31 +129,27 @@ def _short(value: Any) -> str:
     return str(value)
 
 
-def _image_record(comb: Combination, validated: str, promotion: Any = None) -> dict[str, Any]:
+def _image_record(comb: Combination, validated: str, promotion: Any = None) -> ImageRecord:
     """The image as the entry records it; its tags without the ``validated`` tag the
     release itself sets (so an interrupted release's entry can be rebuilt exactly)."""
-    doc = {**comb.image.to_json(), "validated": validated,
-           **({"registry_tags": promotion.refs()} if promotion is not None else {})}
-    if isinstance(doc.get("tags"), list):
-        doc["tags"] = [t for t in doc["tags"] if t != validated]
-    return doc
+    return comb.image.record(validated, promotion.refs() if promotion is not None else None)
 
 
 def make_entry(comb: Combination, tag: TagFacts, validated: str, archives: dict[str, str], repo, now: datetime,
-               promotion: Any = None) -> dict[str, Any]:
-    toolchains = {p: (tc.model_dump(mode="json") if tc else None) for p, tc in comb.toolchains().items()}
-    common = list({json.dumps(v, sort_keys=True) for v in toolchains.values()})
-    return {
-        "tag": tag.name, "tag_object": tag.object,
-        "pin": comb.pin, "arch": comb.arch, "repo": str(repo.root),
-        "branch": comb.branch, "commit": comb.commit, "upstream": comb.upstream, "patchset": comb.patchset,
-        "image": _image_record(comb, validated, promotion),
-        "audit": release_audit(comb),
-        "toolchain": json.loads(common[0]) if len(common) == 1 else None,
-        "profiles": comb.profiles,
-        "results": [{"path": str(f.path), "sha256": f.sha256, "archive": archives[f.sha256]} for f in comb.results],
-        "released_at": ev.iso(now),
-    }
+               promotion: Any = None, prev: str | None = None) -> LedgerEntry:
+    toolchains = list(comb.toolchains().values())
+    common = toolchains[0] if toolchains and all(tc == toolchains[0] for tc in toolchains) else None
+    return LedgerEntry(
+        tag=tag.name, tag_object=tag.object,
+        pin=comb.pin, arch=comb.arch, repo=str(repo.root),
+        branch=comb.branch, commit=comb.commit, upstream=comb.upstream, patchset=comb.patchset,
+        image=_image_record(comb, validated, promotion),
+        audit=comb.audit(),
+        toolchain=common,
+        profiles=comb.profiles,
+        results=[ResultsArchive(path=str(f.path), sha256=f.sha256, archive=archives[f.sha256]) for f in comb.results],
+        released_at=ev.iso(now), prev=prev,
+    )
 
 
 def release(inp: Inputs, ledger: Ledger, arch: str | None = None, pin: str | None = None,
@@ -206,7 +193,7 @@ def _release(inp: Inputs, ledger: Ledger, arch: str | None, pin: str | None, dry
         return outcomes
 
 
-def _one(inp: Inputs, ledger: Ledger, entries: list[dict[str, Any]], arch: str, pin: str, tag: str,
+def _one(inp: Inputs, ledger: Ledger, entries: list[LedgerEntry], arch: str, pin: str, tag: str,
          explicit: bool, dry_run: bool) -> Outcome:
     problem = chain_problem(entries)
     if problem:
@@ -222,13 +209,13 @@ def _one(inp: Inputs, ledger: Ledger, entries: list[dict[str, Any]], arch: str, 
     comb = evaluation.combination
     assert comb is not None
     want = comb.identity()
-    recorded = [e for e in entries if e.get("tag") == tag]
+    recorded = [e for e in entries if e.tag == tag]
     existing = inp.repo.tag(tag)
     if recorded:
-        had = entry_identity(recorded[-1])
+        had = recorded[-1].identity()
         if had != want:
             out.reasons.append(Reason("tag-taken", f"tag {tag} already names a different combination ({_differences(want, had)}); tags are immutable"))
-        elif existing is None or existing.object != recorded[-1].get("tag_object"):
+        elif existing is None or existing.object != recorded[-1].tag_object:
             out.reasons.append(Reason("tag-missing", f"tag {tag} is in the ledger but {'missing from' if existing is None else 'different in'} {inp.repo.root}; run `forgepatch verify {tag}`"))
         else:
             out.status = "unchanged"
@@ -254,18 +241,18 @@ def _registry_reasons(inp: Inputs, out: Outcome, comb: Combination) -> list[Reas
     from forgepatch.release import promote
 
     repo = inp.matrix.smoke.image_repo
-    ran = {r.get("image_digest") for r in comb.profiles.values() if r.get("image_digest")}
-    ran = {d for d in ran if d.partition("@")[0] == repo}
+    ran = {r.image_ref for r in comb.profiles.values() if r.image_ref}
+    ran = {d for d in ran if repository(d) == repo}
     if len(ran) > 1:
         return [Reason("other-image", f"the passing profiles ran on different digests: {', '.join(sorted(ran))}")]
-    digest = next(iter(ran), None) or comb.image.digest
+    digest = next(iter(ran), None) or comb.image.digest_ref
     if not digest:
         if promote.needs_registry(repo):
             return [Reason("not-pushed", f"image {comb.image.ref or comb.image.id[:19]} has no digest in {repo}: push it "
                            f"(`forgepatch build --arch {comb.arch} --pin {comb.pin} --push`) and smoke that digest")]
         return []
     out.promotion = promote.plan(digest, comb.pin, comb.arch, out.tag)
-    comb.image.digest = digest
+    comb.image.digest_ref = digest
     return [Reason("registry", msg) for msg in promote.problems(out.promotion, comb.image.id)]
 
 
@@ -273,15 +260,14 @@ def _publish(inp: Inputs, ledger: Ledger, out: Outcome, comb: Combination, exist
     """Write the release (or, with ``existing``, record a tag an interrupted run made)."""
     from forgepatch.release import integrity
 
-    api, now = inp.api, datetime.now(timezone.utc)
+    api, now = inp.api, utctime.now()
     archives = {f.sha256: str(ledger.archive_results(f.data).relative_to(ledger.path.parent)) for f in comb.results}
     validated = validated_ref(inp.matrix.smoke.image_repo, comb.pin, comb.arch)
     if existing is not None:  # an interrupted run's tag: its entry is rebuilt exactly, or refused
         now = ev.parse_time(existing.trailers.get(Trailer.RELEASED_AT, "")) or now
     # the entry before its tag exists: the tag carries the entry's digest and the chain head
     draft = make_entry(comb, TagFacts(out.tag, "", comb.commit, True), validated, archives, inp.repo, now,
-                       out.promotion)
-    draft["prev"] = ledger.head()
+                       out.promotion, prev=ledger.head())
     trailers = integrity.tag_trailers(draft)
     created = None
     if existing is None:
@@ -310,7 +296,7 @@ def _publish(inp: Inputs, ledger: Ledger, out: Outcome, comb: Combination, exist
         # the ledger's rename must not reach the rollback below (which would delete the git
         # tag of a release the ledger has)
         with uninterrupted():
-            out.entry = ledger.append({**draft, "tag_object": facts.object})
+            out.entry = ledger.append(draft.model_copy(update={"tag_object": facts.object}))
             committed = True
     except BaseException:
         if committed:  # interrupted after the commit point: the next release sets the registry tags

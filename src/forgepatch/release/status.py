@@ -8,7 +8,10 @@ tag, or ``-`` when nothing was released.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from forgepatch.combination.ledger import LedgerEntry
 
 
 @dataclass
@@ -48,11 +51,10 @@ class Table:
         return "\n".join(lines) + "\n"
 
 
-def table(entries: list[dict[str, Any]], matrix=None) -> Table:
+def table(entries: list[LedgerEntry], matrix=None) -> Table:
     cells: dict[tuple[str, str], Cell] = {}
     for e in entries:  # ledger order: a later release of the same pin/arch wins
-        cells[(e["pin"], e["arch"])] = Cell(e["tag"], sorted(e.get("profiles") or {}), (e.get("image") or {}).get("id", ""),
-                                            e.get("commit", ""), e.get("released_at", ""))
+        cells[(e.pin, e.arch)] = Cell(e.tag, sorted(e.profiles), e.image.id or "", e.commit, e.released_at or "")
     pins = list(matrix.pins) if matrix is not None else []
     arches = list(matrix.arches) if matrix is not None else []
     pins += sorted({p for p, _ in cells} - set(pins))
@@ -60,7 +62,7 @@ def table(entries: list[dict[str, Any]], matrix=None) -> Table:
     return Table(pins, arches, cells)
 
 
-def checked(entries: list[dict[str, Any]], matrix=None, repo=None):
+def checked(entries: list[LedgerEntry], matrix=None, repo=None):
     """(table, chain report): the chain is verified before anything is shown — the hash
     chain always, each entry against its release tag when ``repo`` (the fork) is given."""
     from forgepatch.release import integrity

@@ -18,13 +18,15 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from forgepatch.combination import LABEL, Trailer, branch_name
+from forgepatch.combination.ledger import LedgerEntry
 from forgepatch.combination.results import SmokeResults
 from forgepatch.errors import BadInput
 from forgepatch.infra.gitrepo import GitRepo, TagFacts
 from forgepatch.release import evidence as ev
 from forgepatch.release import integrity
 from forgepatch.release.ledger import Ledger, chain_problem, sha256_bytes
-from forgepatch.release.publish import entry_identity, tag_identity
+from forgepatch.infra.refs import digest_of
+from forgepatch.release.publish import tag_identity
 
 
 @dataclass
@@ -41,7 +43,7 @@ class Check:
 class Verification:
     tag: str
     checks: list[Check] = field(default_factory=list)
-    entry: dict[str, Any] | None = None
+    entry: LedgerEntry | None = None
 
     @property
     def mismatch(self) -> Check | None:
@@ -50,7 +52,7 @@ class Verification:
     def to_json(self) -> dict[str, Any]:
         bad = self.mismatch
         return {"tag": self.tag, "ok": bad is None, "mismatch": bad.to_json() if bad else None,
-                "checks": [c.to_json() for c in self.checks], "entry": self.entry}
+                "checks": [c.to_json() for c in self.checks], "entry": None if self.entry is None else self.entry.doc()}
 
 
 class _Stop(Exception):
@@ -74,7 +76,7 @@ def verify(repo: GitRepo, ledger: Ledger, tag: str, api_factory: Callable[[], An
         problem = chain_problem(entries)
         check("ledger", problem is None, f"{ledger.path}: {problem}")
         check("ledger", None, f"{len(entries)} entries, hash chain intact")
-        mine = [e for e in entries if e.get("tag") == tag]
+        mine = [e for e in entries if e.tag == tag]
         facts = repo.tag(tag)
         if not mine:
             if facts is None:
@@ -88,7 +90,7 @@ def verify(repo: GitRepo, ledger: Ledger, tag: str, api_factory: Callable[[], An
         check("chain", chain.ok, f"{ledger.path}: {chain.problem}")
         check("chain", None, chain.summary())
         _check_branch(check, repo, entry)
-        newest = [e for e in entries if (e.get("pin"), e.get("arch")) == (entry["pin"], entry["arch"])][-1] is entry
+        newest = [e for e in entries if (e.pin, e.arch) == (entry.pin, entry.arch)][-1] is entry
         _check_image(check, api_factory(), entry, newest)
         _check_results(check, ledger, entry)
     except _Stop:
@@ -96,15 +98,15 @@ def verify(repo: GitRepo, ledger: Ledger, tag: str, api_factory: Callable[[], An
     return out
 
 
-def _check_tag(check, repo: GitRepo, tag: str, entry: dict[str, Any], facts: TagFacts | None, number: int) -> None:
-    check("tag", facts is not None, f"tag {tag} is missing from {repo.root} (the ledger records {str(entry.get('tag_object'))[:12]})")
+def _check_tag(check, repo: GitRepo, tag: str, entry: LedgerEntry, facts: TagFacts | None, number: int) -> None:
+    check("tag", facts is not None, f"tag {tag} is missing from {repo.root} (the ledger records {str(entry.tag_object)[:12]})")
     check("tag", facts.annotated, f"tag {tag} is a lightweight tag now; the release made an annotated one")
-    check("tag", facts.object == entry.get("tag_object"),
-          f"tag {tag} is tag object {facts.object[:12]}, the ledger recorded {str(entry.get('tag_object'))[:12]} (tag re-created)")
-    check("tag", facts.commit == entry.get("commit"), f"tag {tag} points at {facts.commit[:12]}, the ledger recorded {str(entry.get('commit'))[:12]}")
-    got, want = tag_identity(facts), entry_identity(entry)
+    check("tag", facts.object == entry.tag_object,
+          f"tag {tag} is tag object {facts.object[:12]}, the ledger recorded {str(entry.tag_object)[:12]} (tag re-created)")
+    check("tag", facts.commit == entry.commit, f"tag {tag} points at {facts.commit[:12]}, the ledger recorded {entry.commit[:12]}")
+    got, want = tag_identity(facts), entry.identity()
     diff = [k for k in want if want[k] != got.get(k)]
-    shas = ",".join(r.get("sha256", "") for r in entry.get("results") or [])
+    shas = ",".join(r.sha256 for r in entry.results)
     if not diff and facts.trailers.get(Trailer.RESULTS) != shas:
         diff = ["results sha256"]
     check("tag-message", not diff,
@@ -120,80 +122,79 @@ def _check_tag(check, repo: GitRepo, tag: str, entry: dict[str, Any], facts: Tag
                        f" (entry digest {facts.trailers.get(Trailer.LEDGER_ENTRY, '')[:12]}){signed}")
 
 
-def _check_branch(check, repo: GitRepo, entry: dict[str, Any]) -> None:
-    name = entry.get("branch") or branch_name(entry["arch"], entry["pin"])
+def _check_branch(check, repo: GitRepo, entry: LedgerEntry) -> None:
+    name = entry.branch or branch_name(entry.arch, entry.pin)
     br = ev.branch(repo, name)
     check("branch", br is not None, f"fork branch {name} is gone from {repo.root}, local and remote-tracking "
                                     f"(a checkout without it: `{ev.fetch_hint(name)}`)")
-    check("branch", br.head == entry.get("commit"),
-          f"fork branch {name} moved: it is at {br.head[:12]}, the release tagged {str(entry.get('commit'))[:12]}")
+    check("branch", br.head == entry.commit,
+          f"fork branch {name} moved: it is at {br.head[:12]}, the release tagged {entry.commit[:12]}")
     made_with = br.trailers.get(Trailer.PATCHSET)
-    check("branch", made_with in (None, entry.get("patchset")),
-          f"fork branch {name} head carries patchset {made_with}, the ledger recorded {entry.get('patchset')}")
+    check("branch", made_with in (None, entry.patchset),
+          f"fork branch {name} head carries patchset {made_with}, the ledger recorded {entry.patchset}")
     check("branch", None, f"{name} at {br.head[:12]}")
 
 
-def _check_image(check, api, entry: dict[str, Any], newest: bool) -> None:
-    rec = entry.get("image") or {}
-    image_id = rec.get("id")
+def _check_image(check, api, entry: LedgerEntry, newest: bool) -> None:
+    rec = entry.image
+    image_id = rec.id
     image = ev.inspect_image(api, image_id) if image_id else None
-    in_registry = bool(rec.get("digest") and rec.get("registry_tags"))
+    in_registry = bool(rec.digest_ref and rec.registry_tags)
     if image is None and in_registry:
         _check_registry(check, entry, newest)  # not in this engine: the registry is the evidence
         return
     check("image", image is not None, f"image {str(image_id)[:19]} is no longer in the Docker engine")
     labels = image.labels
-    for key, want in ((LABEL["arch"], entry["arch"]), (LABEL["pin"], entry["pin"]), (LABEL["patchset"], entry.get("patchset"))):
+    for key, want in ((LABEL["arch"], entry.arch), (LABEL["pin"], entry.pin), (LABEL["patchset"], entry.patchset)):
         check("image", labels.get(key) == want, f"image {image_id[:19]} has label {key}={labels.get(key)!r}, the ledger recorded {want!r}")
-    if rec.get("ref"):
-        now = ev.resolve_tag(api, rec["ref"])
+    if rec.ref:
+        now = ev.resolve_tag(api, rec.ref)
         check("image", now in (None, image_id),
-              f"image rebuilt since release: {rec['ref']} now names {str(now)[:19]}, the release validated {image_id[:19]}")
-    if newest and rec.get("validated") and not in_registry:  # else the registry's tag is the one that counts
-        now = ev.resolve_tag(api, rec["validated"])
+              f"image rebuilt since release: {rec.ref} now names {str(now)[:19]}, the release validated {image_id[:19]}")
+    if newest and rec.validated and not in_registry:  # else the registry's tag is the one that counts
+        now = ev.resolve_tag(api, rec.validated)
         check("image", now == image_id,
-              f"{rec['validated']} names {str(now)[:19] if now else 'nothing'}, the release validated {image_id[:19]}")
-    check("image", None, f"{image_id[:19]} ({rec.get('ref') or 'untagged'})")
+              f"{rec.validated} names {str(now)[:19] if now else 'nothing'}, the release validated {image_id[:19]}")
+    check("image", None, f"{image_id[:19]} ({rec.ref or 'untagged'})")
     if in_registry:
         _check_registry(check, entry, newest)
 
 
-def _check_registry(check, entry: dict[str, Any], newest: bool) -> None:
+def _check_registry(check, entry: LedgerEntry, newest: bool) -> None:
     """The registry tags still name the recorded digest, whose labels match the ledger."""
     from forgepatch.release import promote
 
     for ok, detail in promote.check(entry, newest):
         check("registry", ok, detail)
-    rec = entry["image"]
-    shown = rec["registry_tags"] if newest else rec["registry_tags"][1:]
-    check("registry", None, f"{', '.join(shown)} -> {rec['digest'].partition('@')[2][:19]}")
+    rec = entry.image
+    shown = rec.registry_tags if newest else rec.registry_tags[1:]
+    check("registry", None, f"{', '.join(shown)} -> {str(digest_of(rec.digest_ref))[:19]}")
 
 
-def _check_results(check, ledger: Ledger, entry: dict[str, Any]) -> None:
+def _check_results(check, ledger: Ledger, entry: LedgerEntry) -> None:
     jobs = []
-    for rec in entry.get("results") or []:
-        data = ledger.archived_results(rec.get("sha256", ""))
-        check("results", data is not None, f"archived results {rec.get('archive')} are missing")
-        check("results", sha256_bytes(data) == rec["sha256"], f"archived results {rec.get('archive')} do not hash to {rec['sha256'][:12]} (edited)")
+    for rec in entry.results:
+        data = ledger.archived_results(rec.sha256)
+        check("results", data is not None, f"archived results {rec.archive} are missing")
+        check("results", sha256_bytes(data) == rec.sha256, f"archived results {rec.archive} do not hash to {rec.sha256[:12]} (edited)")
         try:
-            jobs += SmokeResults.parse(rec.get("archive") or rec["sha256"], data).jobs
+            jobs += SmokeResults.parse(rec.archive or rec.sha256, data).jobs
         except BadInput:
-            check("results", False, f"archived results {rec.get('archive')} are not a results document")
-    image = entry.get("image") or {}
-    created = ev.parse_time(image.get("created"))
-    profiles = entry.get("profiles") or {}
+            check("results", False, f"archived results {rec.archive} are not a results document")
+    image = entry.image
+    created = ev.parse_time(image.created)
+    profiles = entry.profiles
     check("results", bool(profiles), "the ledger entry records no profiles")
     for prof, rec in profiles.items():
-        job = next((j for j in jobs if j.id == rec.get("job") and j.profile == prof
-                    and j.finished_at == rec.get("finished_at")), None)
-        check("results", job is not None, f"profile {prof}: job {rec.get('job')} is not in the archived results")
-        check("results", (job.arch, job.pin) == (entry["arch"], entry["pin"]), f"profile {prof}: job {job.id} is for {job.arch}/{job.pin}")
+        job = next((j for j in jobs if j.id == rec.job and j.profile == prof and j.finished_at == rec.finished_at), None)
+        check("results", job is not None, f"profile {prof}: job {rec.job} is not in the archived results")
+        check("results", (job.arch, job.pin) == (entry.arch, entry.pin), f"profile {prof}: job {job.id} is for {job.arch}/{job.pin}")
         check("results", job.status == "pass", f"profile {prof}: job {job.id} is {job.status}, not pass")
-        check("results", job.image_id == image.get("id"), f"profile {prof}: job ran on image {str(job.image_id)[:19]}, not {str(image.get('id'))[:19]}")
-        check("results", job.patchset == entry.get("patchset"), f"profile {prof}: job recorded patchset {job.patchset}, not {entry.get('patchset')}")
+        check("results", job.image_id == image.id, f"profile {prof}: job ran on image {str(job.image_id)[:19]}, not {str(image.id)[:19]}")
+        check("results", job.patchset == entry.patchset, f"profile {prof}: job recorded patchset {job.patchset}, not {entry.patchset}")
         when = ev.parse_time(job.finished_at)
         check("results", when is not None and created is not None and when >= created, f"profile {prof}: job finished before the image was created")
-    check("results", None, f"{len(profiles)} profile(s) passed on {str(image.get('id'))[:19]}: {', '.join(profiles)}")
+    check("results", None, f"{len(profiles)} profile(s) passed on {str(image.id)[:19]}: {', '.join(profiles)}")
 
 
 def _s(value: Any) -> str:

@@ -19,10 +19,10 @@ import uuid
 from pathlib import Path
 
 from forgepatch.combination import CONTAINER_JOB, CONTAINER_OWNER, CONTAINER_RUN
-from forgepatch.infra.refs import is_digest_ref
+from forgepatch.infra.refs import is_digest_ref, repository
 from forgepatch.errors import BadInput
 from forgepatch.inimage.monitor import LineSplitter
-from forgepatch.infra.dockerapi import image_repository, repo_digest
+from forgepatch.infra.dockerapi import repo_digest
 from forgepatch.inimage.toolchain import prelude
 from forgepatch.smoke.admission import admit
 from forgepatch.smoke.jobs import JobSpec, LogSink, RunOutcome
@@ -196,7 +196,7 @@ class DockerRunner:
             # the digest in the repository the image was pulled from (an image pushed to a
             # mirror too has one digest per repository; the first one may be the mirror's)
             digest = spec.image if is_digest_ref(spec.image or "") else (
-                repo_digest(inspected, image_repository(spec.image or "")) or repo_digest(inspected))
+                repo_digest(inspected, repository(spec.image or "")) or repo_digest(inspected))
             if not (state["interrupted"] or cancel.is_set()):
                 container.start()
                 split = LineSplitter()
