@@ -130,6 +130,16 @@ def test_workflow_releases_a_fork_end_to_end(installed, registry, base_image, do
             docker_client.images.remove(base_ref)  # the tag only; the base image stays
         except Exception:  # noqa: BLE001
             pass
+        # the push and the pull left a registry digest on the shared base image: later builds over
+        # it would warn that it is a moving tag. Remove that reference only (the image stays).
+        for ref in docker_client.api.inspect_image(base_image).get("RepoDigests") or []:
+            if ref.startswith(repo_name + "@"):
+                try:
+                    docker_client.images.remove(ref)
+                except Exception:  # noqa: BLE001
+                    pass
+        assert not [r for r in docker_client.api.inspect_image(base_image).get("RepoDigests") or []
+                    if r.startswith(repo_name + "@")]
 
 
 def _run(tmp_path: Path, env: dict[str, str], wheel: Path, base_ref: str, image_repo: str, made: set[str]) -> None:
