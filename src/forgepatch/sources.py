@@ -89,13 +89,7 @@ def extract_package(wheel: Path, dest: Path, import_name: str = PACKAGE) -> Path
         members = [i for i in zf.infolist() if i.filename.startswith(f"{import_name}/") and not i.is_dir()
                    and ".." not in i.filename.split("/")]
         for info in progress.track(members, f"unpacking the package of {wheel.name}"):
-            target = dest / info.filename
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with zf.open(info) as fh, open(target, "wb") as out:
-                shutil.copyfileobj(fh, out, 1 << 20)
-            mode = (info.external_attr >> 16) & 0o777
-            if mode & 0o111:
-                os.chmod(target, mode)
+            _extract(zf, info, dest / info.filename)
     return dest / import_name
 
 
@@ -186,13 +180,7 @@ def copy_non_py(src: SourceTree, dest: Path) -> int:
             with progress.task(f"unpacking {len(members)} non-.py file(s) of {src.origin.name}",
                                total=sum(i.file_size for i in members), unit="bytes") as bar:
                 for info in members:
-                    target = dest / info.filename[len(top) + 1:]
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    with zf.open(info) as fh, open(target, "wb") as out:
-                        shutil.copyfileobj(fh, out, 1 << 20)
-                    mode = (info.external_attr >> 16) & 0o777
-                    if mode & 0o111:
-                        os.chmod(target, mode)
+                    _extract(zf, info, dest / info.filename[len(top) + 1:])
                     bar.advance(info.file_size)
                     count += 1
     elif src.kind == "git" and src.origin is not None and src.subdir is not None:
@@ -338,3 +326,13 @@ def _not_a_source(src: str, matrix) -> str:
     if pins:
         hint += f" (or a pin: {', '.join(pins)})" if _VERSION_LIKE.fullmatch(src) else f" or a pin ({', '.join(pins)})"
     return f"--source: {src!r} is not a directory, a pin or a prefixed source; {hint}"
+
+
+def _extract(zf, info, target: Path) -> None:
+    """One wheel member to ``target``, its executable bits kept (a wheel's scripts, ``.so``)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with zf.open(info) as fh, open(target, "wb") as out:
+        shutil.copyfileobj(fh, out, 1 << 20)
+    mode = (info.external_attr >> 16) & 0o777
+    if mode & 0o111:
+        os.chmod(target, mode)

@@ -32,6 +32,8 @@ import re
 import sys
 from typing import Any
 
+from forgepatch.inimage.toolchain import doc_line, parse_doc_line
+
 IMPORTED_PREFIX = "[forgepatch-imported]"
 # forgepatch's name -> (import package, distributions that carry it)
 PACKAGES = {"sglang": ("sglang", ("sglang",)), "flashinfer": ("flashinfer", ("flashinfer-python", "flashinfer"))}
@@ -118,19 +120,12 @@ def collect(names: tuple[str, ...] = tuple(PACKAGES)) -> dict[str, Any]:
 
 
 def line(doc: dict[str, Any] | None = None) -> str:
-    return f"{IMPORTED_PREFIX} {json.dumps(collect() if doc is None else doc, sort_keys=True)}"
+    return doc_line(IMPORTED_PREFIX, collect() if doc is None else doc)
 
 
 def parse_line(text: str) -> dict[str, Any] | None:
     """The document of a ``[forgepatch-imported] {...}`` log line (None if it is not one)."""
-    at = text.find(IMPORTED_PREFIX)
-    if at < 0:
-        return None
-    try:
-        doc = json.loads(text[at + len(IMPORTED_PREFIX):].strip())
-    except ValueError:
-        return None
-    return doc if isinstance(doc, dict) else None
+    return parse_doc_line(IMPORTED_PREFIX, text)
 
 
 def wrap(argv: list[str]) -> list[str]:

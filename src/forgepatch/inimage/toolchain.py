@@ -177,20 +177,30 @@ def collect() -> dict[str, Any]:
     return doc
 
 
+def doc_line(prefix: str, doc: dict[str, Any]) -> str:
+    """A JSON document as one log line after ``prefix`` (the toolchain and imported lines)."""
+    return f"{prefix} {json.dumps(doc, sort_keys=True)}"
+
+
+def parse_doc_line(prefix: str, text: str) -> dict[str, Any] | None:
+    """The document of a ``PREFIX {...}`` log line (None if it is not one)."""
+    at = text.find(prefix)
+    if at < 0:
+        return None
+    try:
+        doc = json.loads(text[at + len(prefix):].strip())
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
 def line(doc: dict[str, Any] | None = None) -> str:
-    return f"{TOOLCHAIN_PREFIX} {json.dumps(collect() if doc is None else doc, sort_keys=True)}"
+    return doc_line(TOOLCHAIN_PREFIX, collect() if doc is None else doc)
 
 
 def parse_line(text: str) -> dict[str, Any] | None:
     """The document of a ``[forgepatch-toolchain] {...}`` log line (None if it is not one)."""
-    at = text.find(TOOLCHAIN_PREFIX)
-    if at < 0:
-        return None
-    try:
-        doc = json.loads(text[at + len(TOOLCHAIN_PREFIX):].strip())
-    except ValueError:
-        return None
-    return doc if isinstance(doc, dict) else None
+    return parse_doc_line(TOOLCHAIN_PREFIX, text)
 
 
 def prelude(python: str, argv: list[str]) -> list[str]:
