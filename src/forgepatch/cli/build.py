@@ -30,75 +30,17 @@ def build(
     as_json: bool = json_option("Print one JSON document on stdout."),
 ) -> None:
     """Build the per-arch image: every patched package (SGLang, FlashInfer ...) + probe on the base image."""
-    from forgepatch.images import ship
-    from forgepatch.images.build import BuildFailed, base_image_id, build_image, connect
-    from forgepatch.images.platforms import check_base_platform, check_platform
-    from forgepatch.images.prepare import default_context_dir, prepare, resolve_target
+    from forgepatch.images.platforms import check_platform
+    from forgepatch.images.prepare import resolve_target
+    from forgepatch.images.service import BuildRequest, build as build_service
 
-    if platform is not None:
-        platform = check_platform(platform)
+    platform = check_platform(platform) if platform is not None else None  # a bad flag first (exit 2)
     matrix = STATE.matrix()
     target = resolve_target(matrix, arch, pin=pin, source=source, base_image=base_image)
     audit = audit or matrix.arch(target.arch.name).audit
-    if record is not None:
-        from forgepatch.paths import check_output
-
-        check_output(record, "--record")
-        ship.check_record_path(record)
-    api = connect()  # fail fast, before patching: engine down / base image missing -> exit 2
-    base_id = base_image_id(api, target.base_image)
-    if platform is not None:  # the image is of its base's platform: another one is refused here
-        check_base_platform(target.base_image, api.inspect_image(base_id), platform)
-    if push:  # registry unreachable / credentials refused -> exit 2 before anything is built
-        ship.preflight_push(target.repo)
-    err = console(stderr=True)
-    warning = ship.moving_base(api, target.base_image)
-    if warning:
-        err.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
-    from forgepatch import progress as shown  # terminal only, never with --json
-    from forgepatch.images.base_facts import check_base, read_base
-    from forgepatch.images.platforms import engine_platform, image_platform
-
-    base = read_base(api, target.base_image, base_id)  # its Python, machine, glibc: which wheel it takes
-    foreign = image_platform(api.inspect_image(base_id)) != engine_platform(api)  # nothing of it can run here
-    with shown.task(f"patching {target.source} for {target.arch.name} and assembling the context"):
-        prepared = prepare(target, matrix, STATE.patches(), context_dir, base=base, copy_only=foreign)
-
-    # the base's own copy of each package must be the release the image carries (another one -> exit 2)
-    check_base(api, target.base_image, base_id, target.pin, prepared.packages)
-    ctx_dir = context_dir or default_context_dir(target.pin, target.arch.name)
-    log = ctx_dir.with_name(ctx_dir.name + ".log")
-    result = ship.registry_hit(api, prepared.spec) if push and not force else None
-    if result is None:
-        with _Progress(err) as progress:
-            try:
-                result = build_image(prepared.spec, api=api, force=force, on_event=progress.event, log_path=log,
-                                     platform=platform)
-            except BuildFailed as exc:
-                progress.stop()
-                for line in exc.tail:
-                    err.print(f"  | {line}", markup=False, highlight=False, soft_wrap=True)
-                raise
-    result.apply = prepared.apply
-    summary = None
-    if audit and result.registry_hit:  # the audit reads the image through this engine
-        with _PushProgress(err, result.digest, "pulling") as progress:
-            ship.fetch(api, result, progress.event)
-    if audit:
-        with shown.task(f"auditing the CUDA kernels of {result.tags[0]} for {target.arch.name}"):
-            summary = ship.audit(api, result, target.arch)
-        result.audit = summary.model_dump(mode="json")
-        if summary.verdict != "pass":
-            raise ship.audit_failure(summary, result.tags[0])
-        if not summary.cuda_libraries:  # a base without CUDA libraries runs no GPU kernel: say so
-            err.print(f"warning: kernel audit of {result.tags[0]}: no CUDA library in the image, no kernel was "
-                      f"checked for {target.arch.name} (is the base a CUDA image?)", markup=False, soft_wrap=True)
-    if push and not result.registry_hit:
-        with _PushProgress(err, result.tags[0]) as progress:
-            pushed = ship.push(api, result, progress.event)
-        result.digest, result.uploaded, result.push_seconds = pushed.digest, pushed.uploaded, pushed.seconds
-    if record is not None:
-        ship.record(record, result, summary)
+    req = BuildRequest(target, matrix, STATE.patches(), context_dir, force=force, push=push, record=record,
+                       audit=audit, platform=platform)
+    result = build_service(req, _CliUi(console(stderr=True))).result
     if as_json:
         print_json(result.to_json())
         return
@@ -167,6 +109,27 @@ def _shown() -> bool:
     return progress.enabled()
 
 
+class _CliUi:
+    """The build service's progress on stderr: warnings, tasks, the build's steps, pushes."""
+
+    def __init__(self, err):
+        self.err = err
+
+    def warning(self, text: str) -> None:
+        self.err.print(f"warning: {text}", markup=False, highlight=False, soft_wrap=True)
+
+    def task(self, text: str):
+        from forgepatch import progress as shown  # terminal only, never with --json
+
+        return shown.task(text)
+
+    def build_progress(self):
+        return _Progress(self.err)
+
+    def transfer_progress(self, ref: str, verb: str):
+        return _PushProgress(self.err, ref, verb)
+
+
 class _Progress:
     """A rich progress display over the build's streamed log (stderr; transient)."""
 
@@ -189,6 +152,12 @@ class _Progress:
 
     def stop(self) -> None:
         self.progress.stop()
+
+    def failed(self, tail: list[str]) -> None:
+        """The build failed: the display goes, the log's last lines stay on stderr."""
+        self.stop()
+        for line in tail:
+            self.progress.console.print(f"  | {line}", markup=False, highlight=False, soft_wrap=True)
 
     def event(self, kind: str, data: dict) -> None:
         if kind == "step":
