@@ -95,3 +95,19 @@ def remove_intermediates(client, log_text: str, keep: str) -> None:
                 client.api.remove_image(short)
         except Exception:  # already gone, or shared with another image: leave it
             pass
+
+
+def build_from_files(client, tag: str, dockerfile: str, files: dict[str, bytes]) -> str:
+    """An image built from a Dockerfile and files held in memory (network off); its ID."""
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in [("Dockerfile", dockerfile.encode())] + list(files.items()):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    buf.seek(0)
+    client.images.build(fileobj=buf, custom_context=True, tag=tag, rm=True, forcerm=True, network_mode="none")
+    return client.api.inspect_image(tag)["Id"]

@@ -14,9 +14,7 @@ tests/test_images_packages.py makes them (a real FlashInfer base needs torch and
 
 from __future__ import annotations
 
-import io
 import shutil
-import tarfile
 import uuid
 from pathlib import Path
 
@@ -55,17 +53,10 @@ def dist_info(version: str) -> dict[str, bytes]:
 
 def make_image(client, base_image: str, tag: str, files: dict[str, bytes]) -> str:
     """The test base plus ``files`` (absolute path in the image -> bytes)."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        entries = [("Dockerfile", f"FROM {base_image}\nCOPY root/ /\n".encode())]
-        entries += [("root" + path, data) for path, data in files.items()]
-        for name, data in entries:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    buf.seek(0)
-    client.images.build(fileobj=buf, custom_context=True, tag=tag, rm=True, forcerm=True, network_mode="none")
-    return client.api.inspect_image(tag)["Id"]
+    from images_support import build_from_files
+
+    return build_from_files(client, tag, f"FROM {base_image}\nCOPY root/ /\n",
+                            {"root" + path: data for path, data in files.items()})
 
 
 def under(prefix: str, files: dict[str, bytes]) -> dict[str, bytes]:

@@ -13,12 +13,10 @@ metadata and package directory (a real FlashInfer base needs torch and CUDA, GBs
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
 import shutil
-import tarfile
 import uuid
 import zipfile
 from pathlib import Path
@@ -52,16 +50,10 @@ def build_base(client, base_image: str, tag: str, version: str, files: dict[str,
     script = (f"RUN mkdir -p {FI_HOME}/flashinfer_python-{version}.dist-info && "
               f"printf 'Metadata-Version: 2.1\\nName: flashinfer-python\\nVersion: {version}\\n' "
               f"> {FI_HOME}/flashinfer_python-{version}.dist-info/METADATA && echo {FI_HOME} > {SITE}/fi-home.pth\n")
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        docker = (f"FROM {base_image}\nCOPY flashinfer/ {FI_HOME}/flashinfer/\n" + script).encode()
-        for name, data in [("Dockerfile", docker)] + [(f"flashinfer/{k}", v) for k, v in files.items()]:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    buf.seek(0)
-    client.images.build(fileobj=buf, custom_context=True, tag=tag, rm=True, forcerm=True, network_mode="none")
-    return client.api.inspect_image(tag)["Id"]
+    from images_support import build_from_files
+
+    return build_from_files(client, tag, f"FROM {base_image}\nCOPY flashinfer/ {FI_HOME}/flashinfer/\n" + script,
+                            {f"flashinfer/{k}": v for k, v in files.items()})
 
 
 @pytest.fixture

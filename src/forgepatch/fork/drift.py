@@ -248,7 +248,7 @@ class _Engine:
 
         self._run = run_series
         # drift scans one package's repository: that package's part of the series
-        self.series = for_package(load_series(matrix, arch, patches_dir), package, matrix)
+        self.series = for_package(load_series(matrix, arch, patches_dir), package, matrix, "--package")
         self.patchset = self.series.hash
 
     def run(self, tree, version, cache):

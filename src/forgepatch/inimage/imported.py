@@ -26,13 +26,12 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import importlib.util
-import json
 import os
 import re
 import sys
 from typing import Any
 
-from forgepatch.inimage.toolchain import doc_line, parse_doc_line
+from forgepatch.inimage.toolchain import doc_line, parse_doc_line, report
 
 IMPORTED_PREFIX = "[forgepatch-imported]"
 # forgepatch's name -> (import package, distributions that carry it)
@@ -141,13 +140,8 @@ def wrap(argv: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if args[:1] == ["--json"]:
-        print(json.dumps(collect(), indent=2, sort_keys=True), flush=True)
+    if report(IMPORTED_PREFIX, collect, args):
         return 0
-    try:
-        print(line(), flush=True)
-    except Exception as exc:  # noqa: BLE001 - a report must never stop the job it precedes
-        print(f"{IMPORTED_PREFIX} error {type(exc).__name__}: {exc}", flush=True)
     if args[:1] in (["--run-module"], ["--run-path"]) and len(args) >= 2:
         import runpy
 

@@ -210,15 +210,24 @@ def prelude(python: str, argv: list[str]) -> list[str]:
     return ["sh", "-c", script, "forgepatch-job", *argv]
 
 
+def report(prefix: str, collect_doc, args: list[str]) -> bool:
+    """The report step of a ``python -m`` report module (toolchain, imported): ``--json`` prints
+    the document (True: nothing else to do); otherwise its one log line after ``prefix``, a
+    failure reported on that line, never raised (a report must never stop the job it precedes)."""
+    if args[:1] == ["--json"]:
+        print(json.dumps(collect_doc(), indent=2, sort_keys=True), flush=True)
+        return True
+    try:
+        print(doc_line(prefix, collect_doc()), flush=True)
+    except Exception as exc:  # noqa: BLE001 - see above
+        print(f"{prefix} error {type(exc).__name__}: {exc}", flush=True)
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if args[:1] == ["--json"]:
-        print(json.dumps(collect(), indent=2, sort_keys=True), flush=True)
+    if report(TOOLCHAIN_PREFIX, collect, args):
         return 0
-    try:
-        print(line(), flush=True)
-    except Exception as exc:  # noqa: BLE001 - a report must never stop the job it precedes
-        print(f"{TOOLCHAIN_PREFIX} error {type(exc).__name__}: {exc}", flush=True)
     if args[:1] == ["--exec"]:
         command = args[2:] if args[1:2] == ["--"] else args[1:]
         if not command:

@@ -75,7 +75,7 @@ def _undeclared(matrix: Any, arch: str, patch: Patch) -> str:
                    f"patch's arches or remove it from this list")
 
 
-def for_package(series: Series, package: str, matrix: Any = None) -> Series:
+def for_package(series: Series, package: str, matrix: Any = None, flag: str = "--source") -> Series:
     """The part of ``series`` for ``package`` (each patch declares one, default sglang).
 
     A patch for a package the run does not know is a config error naming the patch file;
@@ -92,7 +92,7 @@ def for_package(series: Series, package: str, matrix: Any = None) -> Series:
     mine = tuple(p for p in series.patches if p.package == package)
     if not mine and package != "sglang":
         has = sorted({p.package for p in series.patches})
-        raise BadInput(f"--source: the {series.arch.name} series has no patch for {package} "
+        raise BadInput(f"{flag}: the {series.arch.name} series has no patch for {package} "
                        f"(its patches are for {', '.join(has) or 'nothing'})")
     return Series(series.arch, mine)
 
