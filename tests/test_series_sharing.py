@@ -64,3 +64,47 @@ def test_a_series_tests_each_file_by_its_index_not_once_per_patch(tmp_path, monk
         assert not copy.changes
         assert [(s.site, s.file) for s in copy.sites] == [(s.site, s.file) for s in first.sites]
     assert _site_view(series)[1] == _site_view(series)[2]  # and the same answers
+
+
+# -- the index's answers are the plain searches' (property) -----------------------------------
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+_WORDS = st.sampled_from([b"is_sm", b"allreduce", b"_fusion", b"enable_", b"def ", b"(", b"flashinfer",
+                          b"FlashInfer allreduce", b"x", b" ", b"\n", b"\xe9", b"backend"])
+_TEXT = st.lists(_WORDS, max_size=12).map(b"".join)
+
+
+@settings(max_examples=60, deadline=None)
+@given(files=st.lists(_TEXT, min_size=1, max_size=6),
+       needles=st.lists(st.one_of(_TEXT.filter(bool), _WORDS), min_size=1, max_size=6),
+       names=st.lists(st.sampled_from(["enable_", "f", "allreduce", "enable_fusion", "x"]), min_size=1, max_size=3))
+def test_the_series_index_answers_as_a_plain_search(files, needles, names):
+    """``holding`` (needles grouped by a shared part, each part searched once) and ``defining``
+    (per file the names of its ``def NAME(``) give the files a plain search over every file
+    gives, in any order of asking."""
+    import re
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        for i, data in enumerate(files):
+            (Path(d) / f"m{i}.py").write_bytes(data)
+        overlay = engine._Overlay(DirTree(Path(d)))
+        overlay.keep_bytes = True
+        half = len(needles) // 2
+        for batch in (needles[:half], needles[half:], needles):  # asked in parts, then again whole
+            if batch:
+                want = {f"m{i}.py" for i, data in enumerate(files) if any(n in data for n in batch)}
+                assert overlay.holding(*batch) == want
+        want = {f"m{i}.py" for i, data in enumerate(files)
+                if any(re.search(rb"def " + n.encode() + rb"\(", data) for n in names)}
+        assert overlay.defining(names) == want
+
+
+def test_needles_sharing_a_part_are_grouped():
+    shared, alone = engine._shared_parts([b"enable_flashinfer_allreduce_fusion", b"forward_with_allreduce_fusion",
+                                          b"FUSE_ALLREDUCE", b"is_sm", b"flashinfer_allreduce_fusion_backend"])
+    assert len(shared) == 1 and sorted(alone) == [b"FUSE_ALLREDUCE", b"is_sm"]
+    (part, members), = shared.items()
+    assert len(part) == engine.PART and all(part in m for m in members) and len(members) == 3

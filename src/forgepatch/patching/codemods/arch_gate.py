@@ -187,7 +187,7 @@ class ArchGateCodemod(SiteCodemod):
     def edit_function(self, func, site, symbol, ctx):
         target = ctx.arch.gate_family
         ctx.parents[func.body] = func
-        chosen = [gate for gate in find_gates(func.body, ctx.parents)
+        chosen = [gate for gate in ctx.gates(func.body)
                   if self._eligible(gate, site, target)
                   and (not site.markers or node_names_any(gated_unit(gate.node, ctx), site.markers))
                   and (not site.within or within_named(gate.node, func, site.within, ctx))]

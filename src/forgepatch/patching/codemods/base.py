@@ -50,6 +50,11 @@ class FileContext:
     state: dict[str, Any] = field(default_factory=dict)  # codemod scratch space per file
     text: str = ""  # the whole file as given (bindings are read from it in both modes)
     provided: list[str] = field(default_factory=list)  # module-level additions, said in words
+    # what is read off a function node, shared by the patches of a series: ("positions",
+    # func) -> its PositionProvider mapping, ("gates", body) -> its gates and parents. A libcst
+    # node is immutable: a function no earlier patch rewrote is the same object, with the same
+    # gates and positions relative to its ``def``. None: not shared (one patch)
+    series_memo: dict[Any, Any] | None = None
 
     @property
     def dotted(self) -> str:
@@ -65,10 +70,15 @@ class FileContext:
         if node is self.func:
             return self.def_line
         if self.positions is None and self.func is not None:
-            from libcst.metadata import MetadataWrapper, PositionProvider
+            memo = self.series_memo
+            self.positions = memo.get(("positions", self.func)) if memo is not None else None
+            if self.positions is None:
+                from libcst.metadata import MetadataWrapper, PositionProvider
 
-            wrapper = MetadataWrapper(cst.Module(body=[self.func]), unsafe_skip_copy=True)
-            self.positions = wrapper.resolve(PositionProvider)
+                wrapper = MetadataWrapper(cst.Module(body=[self.func]), unsafe_skip_copy=True)
+                self.positions = wrapper.resolve(PositionProvider)
+                if memo is not None:
+                    memo[("positions", self.func)] = self.positions
             rel_def = self.positions[self.func.name].start.line
             self.line_offset = (self.def_line - rel_def) if self.def_line else 0
         try:
@@ -78,6 +88,21 @@ class FileContext:
 
     def code(self, node: cst.CSTNode) -> str:
         return self.module.code_for_node(node)
+
+    def gates(self, body: cst.CSTNode) -> list:
+        """``predicates.find_gates`` under ``body`` (a function's), its parents added to
+        ``parents``; read once per node in a series."""
+        from forgepatch.patching.predicates import find_gates
+
+        memo = self.series_memo
+        held = memo.get(("gates", body)) if memo is not None else None
+        if held is None:
+            parents: dict = {}
+            held = (find_gates(body, parents), parents)
+            if memo is not None:
+                memo[("gates", body)] = held
+        self.parents.update(held[1])
+        return list(held[0])
 
     def accepted(self) -> Status:
         """Status of a site that already accepts the arch."""

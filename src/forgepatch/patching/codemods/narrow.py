@@ -21,7 +21,7 @@ from forgepatch.patching.codemods.arch_gate import gated_unit
 from forgepatch.patching.codemods.base import node_names_any
 from forgepatch.patching.codemods.kinds import ArchEditCodemod, walk
 from forgepatch.patching.model import Status
-from forgepatch.patching.predicates import Gate, find_gates
+from forgepatch.patching.predicates import Gate
 
 
 def _family(value, where: str) -> str:
@@ -84,10 +84,10 @@ class NarrowCodemod(ArchEditCodemod):
         if family is None:
             named = _Named(site.option("predicates"))
             func.body.visit(named)
-            find_gates(func.body, ctx.parents)  # fills the parents
+            ctx.gates(func.body)  # fills the parents
             candidates = [(Gate(n, "lone", []), _Pred(n)) for n in named.found]
         else:
-            candidates = [(gate, pred) for gate in find_gates(func.body, ctx.parents)
+            candidates = [(gate, pred) for gate in ctx.gates(func.body)
                           for pred in gate.predicates if pred.family == family]
         ctx.parents.update(walk(func).parents)  # every node: the gate finder skips predicates in a chain
         chosen = [(gate, pred) for gate, pred in candidates
