@@ -156,7 +156,9 @@ def edit_file(text: str, rel: str, patch: Patch, sites: list[Site], arch: Arch, 
     to "changed if and only if an edit was reported"."""
     from forgepatch.patching import parselimits
 
-    parselimits.check(text, overlay.display(rel))  # before any libcst parse (a crash or minutes otherwise)
+    held = overlay.modules.get(rel)
+    if not (emit and held is not None and held[0] == text):  # a held module: no parse follows
+        parselimits.check(text, overlay.display(rel))  # before any libcst parse (a crash or minutes otherwise)
     wanted = {fn for s in sites for fn in s.functions}
     functions = None if emit else scan_functions(text, wanted)
     if functions is None:

@@ -73,7 +73,17 @@ def _or_operands(node: ast.expr) -> list[ast.expr]:
 
 
 def _pure_gates(func: ast.AST):
-    """(gate node, parents) for every pure ``or`` chain of arch predicates under ``func``."""
+    """(gate node, parents) for every pure ``or`` chain of arch predicates under ``func``;
+    read once per node (kept on it: the nodes of a text's view are shared by every patch
+    of a series that lints that text, and the answer depends on the node alone)."""
+    held = getattr(func, "_forgepatch_pure_gates", None)
+    if held is None:
+        held = _read_pure_gates(func)
+        func._forgepatch_pure_gates = held  # type: ignore[attr-defined]
+    return held
+
+
+def _read_pure_gates(func: ast.AST):
     parents: dict[ast.AST, ast.AST] = {}
     chains = []
     for node in ast.walk(func):
