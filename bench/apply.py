@@ -15,6 +15,7 @@
   one and docs/examples/patches), then copies of them under new ids, every one of which runs
   (a copy finds its gates already widened: locate, edit, self-check and evaluation all run),
   the engine with its self-check and evaluation, interleaved: goal N=12 within 1.3x of N=2;
+  and the same series through the CLI (`apply --check`, locks written first), interleaved;
   and the whole example series (every example patch and the shipped ones: 11, most not for
   sm120 or not for this release) next to the 2-patch one. N=5 is the five real patches once
   each (no copy): what a longer series of them cannot share, its floor.
@@ -118,8 +119,39 @@ def series_of_n(tree, version: str, lengths: list[int], runs: int) -> dict:
     doc[f"series_examples_vs_{first}_ratio"] = round(med["examples"] / med[first], 2)
     if 12 in med and 2 in med:
         doc["series_12_within_1_3x_of_2"] = med[12] <= 1.3 * med[2]
+    doc.update(series_cli(tree, version, where, {n: made[n] for n in lengths}, runs))
     if len(real) in med:  # the real patches once each, no copy: the distinct work of a longer series
         doc["series_distinct_patches"] = len(real)
+    return doc
+
+
+def series_cli(tree, version: str, where: Path, made: dict, runs: int) -> dict:
+    """`forgepatch apply --arch sm120 --check` of each series as a user runs it (start-up,
+    reading the tree, the engine, the report), interleaved: the series' patch files in
+    ``where``, a matrix naming them, their edit locks written first by `patch lock` (so each
+    run is a reviewed series: status `changed`, verified; `--check` exits 1 for "would change")."""
+    exe = [sys.executable, "-m", "forgepatch"]
+    cmds = {}
+    for n, patches in made.items():
+        config = where / f"matrix-{n}.toml"
+        ids = ", ".join(f'"{p.id}"' for p in patches)
+        config.write_text(f'default_pin = "p"\n[pins.p]\npypi = "{version}"\n[arches.sm120]\npatches = [{ids}]\n')
+        base = exe + ["--config", str(config), "--patches", str(where)]
+        subprocess.run(base + ["patch", "lock", "--arch", "sm120", "--source", str(tree.package.parent)],
+                       check=True, capture_output=True)
+        cmds[n] = base + ["apply", "--arch", "sm120", "--source", str(tree.package.parent), "--check"]
+        done = subprocess.run(cmds[n] + ["--json"], capture_output=True, text=True)
+        report = json.loads(done.stdout or "{}")  # --check exits 1 when the series would change files
+        assert done.returncode == 1 and report.get("status") == "changed" and report.get("verified"), \
+            (n, done.stdout[-2000:], done.stderr[-2000:])
+    times: dict = {n: [] for n in cmds}
+    for _ in range(runs):
+        for n, cmd in cmds.items():
+            times[n].append(wall(cmd))
+    med = {n: statistics.median(v) for n, v in times.items()}
+    first = min(med)
+    doc = {f"series_{n}_cli_wall_s_median": round(med[n], 3) for n in med}
+    doc.update({f"series_{n}_vs_{first}_cli_ratio": round(med[n] / med[first], 2) for n in med if n != first})
     return doc
 
 
