@@ -99,7 +99,8 @@ def for_package(series: Series, package: str, matrix: Any = None, flag: str = "-
 
 def pin_package_tree(matrix: Any, pin: str, series: Series, name: str, what: str):
     """The pin's release of package ``name`` besides sglang (``[pins.PIN.packages.NAME]``),
-    resolved (``sources.resolve_source``) and held to the wheel digest the pin records.
+    resolved (``sources.resolve_source``; a git revision: ``sources.git_tree`` in the pin's
+    ``repo``, else ``[packages.NAME] repo``) and held to the wheel digest the pin records.
     BadInput (``what`` names the stage) when the pin names none: a stage never carries the
     package without the series' patches to it."""
     from forgepatch.packages import get
@@ -113,7 +114,13 @@ def pin_package_tree(matrix: Any, pin: str, series: Series, name: str, what: str
                        f"{pin!r} names no version of it: add [pins.\"{pin}\".packages.{name}] "
                        f"pypi = \"VERSION\" to matrix.toml")
     info = get(name, matrix)
-    src = resolve_source(pkg_pin.source(info.dist, info.repo), matrix)
+    if pkg_pin.rev:  # a git revision of it: every file of the package there (sources.git_tree)
+        from forgepatch.sources import git_tree
+
+        src = git_tree(f"{pkg_pin.repo or info.repo or '.'}@{pkg_pin.rev}", info.package_dir, info,
+                       f"pins.{pin}.packages.{name}")
+    else:
+        src = resolve_source(pkg_pin.source(info.dist, info.repo), matrix)
     if src.package_name != name:
         raise BadInput(f"pins.{pin}.packages.{name}: its source {src.label} holds {src.package_name}, not {name}")
     if pkg_pin.sha256 and src.revision != pkg_pin.sha256:
