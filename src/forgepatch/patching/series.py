@@ -129,6 +129,41 @@ def pin_package_tree(matrix: Any, pin: str, series: Series, name: str, what: str
     return src
 
 
+@dataclass(frozen=True)
+class PackageCheckout:
+    """Where the fork branch of a package besides sglang lives for a pin (``fork`` makes it,
+    ``release`` checks it): a local git checkout of the package (``[pins.PIN.packages.NAME]
+    repo``, else ``[packages.NAME] repo``) at the pin's git revision of it (``rev``)."""
+
+    name: str
+    checkout: Path
+    rev: str
+    package_dir: str  # where the package lives in the checkout
+
+
+def package_checkout(matrix: Any, series: Series, pin: str, name: str, prefix: str = "") -> PackageCheckout:
+    """Package ``name``'s checkout and revision for ``pin`` (see :class:`PackageCheckout`).
+    BadInput, one line starting with ``prefix``, naming the keys to set: the pin names no
+    version of the package, names it by a PyPI release (a branch is made on a git revision),
+    or its repository is not a local directory."""
+    from forgepatch.packages import get
+
+    info = get(name, matrix)
+    pp = matrix.pins[pin].packages.get(name) if pin in matrix.pins else None
+    patch = next((p.id for p in series.patches if p.package == name), "?")
+    if pp is None or not pp.rev:
+        named = "no version of it" if pp is None else f"it by its PyPI release {pp.pypi}"
+        raise BadInput(f"{prefix}the {series.arch.name} series patches {name} too (patch {patch}); its fork branch "
+                       f"is made in a git checkout of {name} at the pin's revision of it, and pin {pin!r} names "
+                       f"{named}: set [pins.\"{pin}\".packages.{name}] rev = \"COMMIT\" and repo = \"CHECKOUT\" "
+                       "in matrix.toml")
+    checkout = pp.repo or (info.repo if info is not None else None)
+    if not checkout or "://" in checkout or checkout.startswith("git@") or not Path(checkout).expanduser().is_dir():
+        raise BadInput(f"{prefix}{name}'s repository {checkout!r} is not a local git checkout "
+                       f"(set [pins.\"{pin}\".packages.{name}] repo, or [packages.{name}] repo, to one)")
+    return PackageCheckout(name, Path(checkout).expanduser(), pp.rev, info.package_dir)
+
+
 def packages_of(series: Series) -> list[str]:
     """The packages ``series`` patches, in the order their first patch appears."""
     return list(dict.fromkeys(p.package for p in series.patches))
