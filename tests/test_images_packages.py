@@ -159,7 +159,10 @@ def test_a_series_over_sglang_and_flashinfer_builds_one_image_with_both_patched(
         f"grep -c 'TVM_FFI_ICHECK(major == 10 || major == 12)' {FI_HOME}/flashinfer/{CU}; "
         f"cat {FI_HOME}/flashinfer/base_only.txt; test -e {SITE}/flashinfer && echo SITE-COPY || echo NO-SITE-COPY; "
         f"test -f '{SITE}/sglang/{CONFIG}' && echo CONFIG; "
-        f"sha256sum {FI_HOME}/flashinfer/jit/core.py | cut -c1-64"
+        f"sha256sum {FI_HOME}/flashinfer/jit/core.py | cut -c1-64; "
+        # the base's own metadata of that release is kept: no second dist-info is put anywhere
+        "python3 -c 'import importlib.metadata as m; print(m.version(\"flashinfer-python\"))'; "
+        f"ls -d {FI_HOME}/*.dist-info {SITE}/*.dist-info 2>/dev/null; true"
     )
     out = docker_client.containers.run(doc["image_id"], ["sh", "-c", script], network_mode="none", remove=True,
                                        stderr=True).decode().splitlines()
@@ -168,7 +171,8 @@ def test_a_series_over_sglang_and_flashinfer_builds_one_image_with_both_patched(
 
         core = hashlib.sha256(zf.read("flashinfer/jit/core.py")).hexdigest()
     assert out == [f"{SITE}/sglang/__init__.py", f"{FI_HOME}/flashinfer/__init__.py", f"{FI_HOME}/flashinfer",
-                   "1", "1", "kept", "NO-SITE-COPY", "CONFIG", core], out
+                   "1", "1", "kept", "NO-SITE-COPY", "CONFIG", core, FI,
+                   f"{FI_HOME}/flashinfer_python-{FI}.dist-info"], out
 
 
 def test_a_base_with_another_flashinfer_is_refused_naming_both_versions(project, docker_client, base_image, tmp_path):
