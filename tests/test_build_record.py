@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from forgepatch.combination.records import SCHEMA, Build, BuildRecord, load_records
+from forgepatch.combination.records import SCHEMA, Build, BuildRecord
 from forgepatch.errors import BadInput
-from forgepatch.smoke.service import use_builds
+from forgepatch.smoke.builds import load_builds, use_builds
 from forgepatch.smoke.jobs import JobSpec
 
 D = "sha256:" + "cd" * 32
@@ -32,7 +32,7 @@ def test_round_trip_and_one_entry_per_pair(tmp_path):
     assert [(b.pin, b.digest) for b in back.builds] == [("v2", f"127.0.0.1:5000/x@{D}"), ("v1", None)]
     other = tmp_path / "c.json"
     BuildRecord(builds=[build()]).write(other)
-    assert load_records([path, other]).find("sm120", "v1").digest == f"127.0.0.1:5000/x@{D}"  # a later file wins
+    assert load_builds([path, other]).find("sm120", "v1").digest == f"127.0.0.1:5000/x@{D}"  # a later file wins
 
 
 @pytest.mark.parametrize("data, needle", [

@@ -35,7 +35,7 @@ def _smoke(
     markdown_old: Optional[Path] = old_spelling("--markdown"),
     logs: Optional[Path] = typer.Option(None, "--logs", help="Keep job logs under this directory (default: the cache)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="--bisect: ignore cached results."),
-    builds: Optional[List[Path]] = typer.Option(None, "--builds", metavar="RECORD", help="Build record(s) (`build --push --record`): run each job on the digest built for its arch x pin, pulled if missing."),
+    builds: Optional[List[Path]] = typer.Option(None, "--builds", metavar="FILE", help="Build record(s) (`build --push --record`) or bake file(s) (`bake`, pushed by `docker buildx bake --push`): run each job on the digest built for its arch x pin, pulled if missing."),
     as_json: bool = json_option("One JSON document on stdout."),
 ) -> None:
     """Launch arch x pin x profile smoke jobs; triage failures by phase and signature."""

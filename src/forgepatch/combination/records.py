@@ -191,12 +191,3 @@ class BuildRecord(BaseModel):
         from forgepatch.infra.atomic import write_atomic
 
         write_atomic(Path(path), self.dumps())
-
-
-def load_records(paths: list[Path]) -> BuildRecord:
-    """Several records as one (a later file's entry for an arch x pin wins)."""
-    out = BuildRecord()
-    for path in paths:
-        for build in BuildRecord.load(path).builds:
-            out.put(build)
-    return out

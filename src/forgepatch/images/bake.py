@@ -3,7 +3,9 @@
 Each target points at a build context that forgepatch assembled on disk (same layout, args,
 labels and content-hash tags as ``forgepatch build``), so ``docker buildx bake -f
 docker-bake.json`` on any builder produces the images ``forgepatch build`` would. Groups:
-``default`` (every target) and one per arch.
+``default`` (every target) and one per arch. The file is also the hand-off to ``smoke``
+(``combination.bakefile``): once a builder pushed it, ``smoke --builds docker-bake.json`` runs
+the image each target's content tag names in the registry, when its labels are the target's.
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ from typing import Any
 from forgepatch.arch import ARCHES
 from forgepatch.errors import BadInput
 from forgepatch.combination import LABEL, LABEL_ARG, content_ref, image_tag
+from forgepatch.combination.bakefile import BakeTarget
 from forgepatch.infra.refs import repository
 from forgepatch.images.spec import ImageSpec
 
 NAME = re.compile(r"^[A-Za-z0-9_-]+$")
-TARGET_KEYS = {"context", "dockerfile", "args", "tags", "labels", "network", "platforms"}
+TARGET_KEYS = set(BakeTarget.model_fields)
 
 
 def target_name(spec: ImageSpec) -> str:
@@ -38,15 +41,11 @@ def bake_document(specs: list[ImageSpec], out_dir: Path, platform: str | None = 
         if name in targets:
             raise BadInput(f"bake: two targets named {name!r}")
         labels = spec.labels()  # no created/base ID: the builder knows those at build time
-        targets[name] = {
-            "context": Path(os.path.relpath(spec.context.root, out_dir)).as_posix(),
-            "dockerfile": "Dockerfile",
-            "args": spec.engine_args(labels),
-            "tags": [spec.tag, spec.moving_tag],
-            "labels": labels,
-            "network": "none",
-            **({"platforms": [platform]} if platform else {}),
-        }
+        targets[name] = BakeTarget(
+            context=Path(os.path.relpath(spec.context.root, out_dir)).as_posix(), dockerfile="Dockerfile",
+            args=spec.engine_args(labels), tags=[spec.tag, spec.moving_tag], labels=labels, network="none",
+            platforms=[platform] if platform else None,
+        ).model_dump(mode="json", exclude_none=True)
         groups["default"].append(name)
         groups.setdefault(spec.arch.name, []).append(name)
     return {"group": {g: {"targets": t} for g, t in groups.items()}, "target": targets}

@@ -262,12 +262,14 @@ def _credentials(ref: ImageRef) -> tuple[str, str] | None:
 
 # -- what the stages call ----------------------------------------------------------------------
 
-def remote_image(ref: ImageRef | str, what: str = "image") -> RemoteImage | None:
+def remote_image(ref: ImageRef | str, what: str = "image", platform: str | None = None) -> RemoteImage | None:
     """The registry's facts about ``ref`` (digest, image ID, labels), None when it has no
-    such tag or digest. Reads two small documents (manifest, config); pulls nothing."""
+    such tag or digest. Reads two small documents (manifest, config); pulls nothing. An index
+    (multi-platform) is read for ``platform`` (``linux/arm64``; default ``linux/amd64``)."""
     ref = parse(ref, what) if isinstance(ref, str) else ref
     reg = Registry(ref)
-    manifest = reg.manifest(ref)
+    os_name, _, rest = (platform or "linux/amd64").partition("/")
+    manifest = reg.manifest(ref, (os_name, rest.partition("/")[0]))
     if manifest is None:
         return None
     config = reg.config(ref, manifest)

@@ -9,6 +9,7 @@ from typing import Callable
 
 from forgepatch.combination.results import JobResult, Plan, SmokeResults
 from forgepatch.errors import BadInput
+from forgepatch.smoke.builds import use_builds
 from forgepatch.smoke.local_runner import LocalRunner
 from forgepatch.smoke.matrix import default_job_id, job_spec, parse_shard, plan as plan_jobs, run_jobs, select
 from forgepatch import utctime
@@ -78,26 +79,6 @@ def smoke(matrix, runner_name: str, arch=None, pin=None, profile=None, shard=Non
             if res.status not in ("error", "interrupted"):
                 rc.put(cache_key(spec, runner.name, fingerprint(runner, spec)), res)
     return SmokeResults.of(results, plan=whole, shard=shard, logs=str(run_dir)), run_dir
-
-
-def use_builds(specs, paths: list[Path]) -> None:
-    """Each job runs the digest its build record names for its arch x pin (BadInput, one line,
-    when a record lacks the pair, was not pushed, or holds a tag where a digest belongs)."""
-    from forgepatch.combination.records import load_records
-    from forgepatch.infra.refs import parse_digest_ref
-
-    records = load_records(list(paths))
-    where = ", ".join(str(p) for p in paths)
-    for spec in specs:
-        build = records.find(spec.arch, spec.pin)
-        if build is None:
-            raise BadInput(f"--builds: {where} has no build of {spec.arch}/{spec.pin} (job {spec.id})")
-        if not build.digest:
-            raise BadInput(f"--builds: the build of {spec.arch}/{spec.pin} in {where} was not pushed "
-                           f"({build.tag}); `forgepatch build --push --record` it")
-        parse_digest_ref(build.digest, f"--builds ({spec.arch}/{spec.pin} digest)")
-        spec.image = build.digest
-        spec.audit = build.audit
 
 
 def expected_patchsets(matrix, patches, specs) -> None:
