@@ -8,7 +8,10 @@
                                         /opt/forgepatch/sglang -> that directory (the overlay
                                         layer is a COPY through the link); the same for each
                                         other package of upstream/packages.txt (flashinfer/,
-                                        linked as /opt/forgepatch/packages/<name>)
+                                        linked as /opt/forgepatch/packages/<name>: every
+                                        file of it), and its distribution metadata
+                                        (upstream/dist-info/<name>/) beside it when the base
+                                        has no distribution of that name
     install.py overlay                  copy each other package's changed files
                                         (/opt/forgepatch/overlay-packages/<name>/) into it
 
@@ -37,6 +40,7 @@ LINK = ROOT + "/sglang"  # -> the installed sglang package dir; the overlay COPY
 PACKAGES_LIST = ROOT + "/upstream/packages.txt"  # other packages (import names), one a line
 PACKAGE_LINKS = ROOT + "/packages"  # <name> -> where Python imports that package from
 OTHER_OVERLAY = ROOT + "/overlay-packages"
+DIST_INFO = ROOT + "/upstream/dist-info"  # <name>/<DIST-VERSION>.dist-info/: a wheel's metadata
 
 
 def fail(message: str) -> None:
@@ -172,6 +176,58 @@ def cmd_upstream() -> None:
         os.symlink(target, link)
         check_imported_from(name, target)
         print("%s at %s (linked from %s): %d upstream files" % (name, target, link, count))
+        install_dist_info(name, target)
+
+
+def metadata_field(path: str, field: str) -> str:
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            if not line.strip():
+                break  # the headers end at the first blank line
+            if line.startswith(field + ":"):
+                return line.split(":", 1)[1].strip()
+    fail("%s has no %s field" % (path, field))
+    raise AssertionError
+
+
+def installed_version(dist: str) -> str:
+    """The version of distribution ``dist`` a fresh python3 finds ('' when none)."""
+    code = ("import importlib.metadata as m\ntry:\n    print(m.version(%r))\n"
+            "except m.PackageNotFoundError:\n    print('')" % dist)
+    return fresh_python(code)
+
+
+def install_dist_info(name: str, target: str) -> None:
+    """The wheel's NAME-VERSION.dist-info of package ``name`` (when the context carries one)
+    into the directory python3 imports the package from, unless the base has that distribution
+    already (the same version: kept; another: refused)."""
+    src_root = os.path.join(DIST_INFO, name)
+    if not os.path.isdir(src_root):
+        return  # a git revision or a directory: no wheel metadata
+    infos = [d for d in sorted(os.listdir(src_root)) if d.endswith(".dist-info")]
+    if len(infos) != 1:
+        fail("%s: expected one .dist-info directory, found %d" % (src_root, len(infos)))
+    src = os.path.join(src_root, infos[0])
+    dist, version = metadata_field(src + "/METADATA", "Name"), metadata_field(src + "/METADATA", "Version")
+    have = installed_version(dist)
+    if have == version:
+        print("%s %s: the base's distribution metadata kept" % (dist, version))
+        return
+    if have:
+        fail("the base has %s %s installed; the image carries %s" % (dist, have, version))
+    dest = os.path.join(os.path.dirname(target), infos[0])
+    if os.path.lexists(dest):
+        fail("%s exists but python3 finds no %s distribution" % (dest, dist))
+    for dirpath, _dirs, files in os.walk(src):
+        for fname in sorted(files):
+            rel = os.path.relpath(os.path.join(dirpath, fname), src)
+            out = os.path.join(dest, rel)
+            os.makedirs(os.path.dirname(out), exist_ok=True)
+            shutil.copyfile(os.path.join(dirpath, fname), out)
+            os.chmod(out, 0o644)
+    if installed_version(dist) != version:
+        fail("python3 does not find %s %s after installing %s" % (dist, version, dest))
+    print("%s %s: distribution metadata at %s" % (dist, version, dest))
 
 
 def other_packages() -> list:

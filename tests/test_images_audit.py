@@ -113,3 +113,35 @@ def test_base_image_without_cuda_passes(base_image):
 def test_missing_image_is_bad_input(docker_client):
     assert_one_line_error(forgepatch("audit", "--arch", "sm120", "--image", "forgepatch-test/no-such-image:0"),
                           2, "--image", "not in the local Docker engine")
+
+
+def test_kernels_in_a_directory_a_pth_adds_are_audited(docker_client, base_image):
+    """python3 imports from the directories the site dir's .pth files add too (an sm90a-only
+    library there is loaded like one in site-packages): the kernel audit reads them, as the
+    JIT audit reads FlashInfer there (one reading of the .pth files, image_files.ImportPaths).
+    A directory inside another one read is read once; a .pth below the site dir's top is not
+    site's, so its directory is not read."""
+    from images_support import build_from_files
+
+    kern, never = "/opt/kern", "/opt/never"
+    files = {
+        f"root{kern}/fp_kernels/libfp_sm90a.so": (FIXTURES / "libfp_sm90a.so").read_bytes(),
+        f"root{kern}/fp_kernels/libfp_sm120.so": (FIXTURES / "libfp_sm120.so").read_bytes(),
+        f"root{never}/libfp_sm90a.so": (FIXTURES / "libfp_sm90a.so").read_bytes(),
+        f"root{SITE}/kern.pth": f"# kernels live outside site-packages\n{kern}\n{kern}/fp_kernels\n".encode(),
+        f"root{SITE}/sub/nested.pth": f"{never}\n".encode(),
+    }
+    tag = f"forgepatch-test/audit-pth-{uuid.uuid4().hex[:8]}:1"
+    image = build_from_files(docker_client, tag, f"FROM {base_image}\nCOPY root/ /\n", files)
+    try:
+        run = forgepatch("audit", "--arch", "sm120", "--image", tag, "--json")
+        assert run.rc == 1, (run.out, run.err)
+        doc = run.json()
+        assert doc["source"]["pth_dirs"] == [kern, f"{kern}/fp_kernels"]
+        assert {lib["path"]: lib["status"] for lib in doc["libraries"]} == {
+            f"{kern}/fp_kernels/libfp_sm90a.so": "none", f"{kern}/fp_kernels/libfp_sm120.so": "sass"}
+        assert doc["failing"] == [f"{kern}/fp_kernels/libfp_sm90a.so"]
+        assert f"{kern}/fp_kernels/libfp_sm90a.so" in run.err
+        assert doc["jit"]["status"] == "absent"
+    finally:
+        docker_client.api.remove_image(image, force=True)

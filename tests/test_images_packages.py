@@ -159,7 +159,10 @@ def test_a_series_over_sglang_and_flashinfer_builds_one_image_with_both_patched(
         f"grep -c 'TVM_FFI_ICHECK(major == 10 || major == 12)' {FI_HOME}/flashinfer/{CU}; "
         f"cat {FI_HOME}/flashinfer/base_only.txt; test -e {SITE}/flashinfer && echo SITE-COPY || echo NO-SITE-COPY; "
         f"test -f '{SITE}/sglang/{CONFIG}' && echo CONFIG; "
-        f"sha256sum {FI_HOME}/flashinfer/jit/core.py | cut -c1-64"
+        f"sha256sum {FI_HOME}/flashinfer/jit/core.py | cut -c1-64; "
+        # the base's own metadata of that release is kept: no second dist-info is put anywhere
+        "python3 -c 'import importlib.metadata as m; print(m.version(\"flashinfer-python\"))'; "
+        f"ls -d {FI_HOME}/*.dist-info {SITE}/*.dist-info 2>/dev/null; true"
     )
     out = docker_client.containers.run(doc["image_id"], ["sh", "-c", script], network_mode="none", remove=True,
                                        stderr=True).decode().splitlines()
@@ -168,7 +171,8 @@ def test_a_series_over_sglang_and_flashinfer_builds_one_image_with_both_patched(
 
         core = hashlib.sha256(zf.read("flashinfer/jit/core.py")).hexdigest()
     assert out == [f"{SITE}/sglang/__init__.py", f"{FI_HOME}/flashinfer/__init__.py", f"{FI_HOME}/flashinfer",
-                   "1", "1", "kept", "NO-SITE-COPY", "CONFIG", core], out
+                   "1", "1", "kept", "NO-SITE-COPY", "CONFIG", core, FI,
+                   f"{FI_HOME}/flashinfer_python-{FI}.dist-info"], out
 
 
 def test_a_base_with_another_flashinfer_is_refused_naming_both_versions(project, docker_client, base_image, tmp_path):
@@ -188,3 +192,47 @@ def test_a_base_with_another_flashinfer_is_refused_naming_both_versions(project,
     assert r.rc == 2 and len(lines) == 1 and "Traceback" not in r.err, r.err
     assert f"base image {stand_in} has flashinfer-python 0.7.2 installed, pin v0.5.23 is flashinfer-python {FI}" in lines[0]
     assert docker_client.api.images(name=repo) == []  # nothing was built
+
+
+def test_a_base_without_flashinfer_gets_the_complete_package_and_metadata_of_the_pins_wheel(
+        project, docker_client, base_image, tmp_path):
+    """The test base has no FlashInfer: the image gets every file of the pin's wheel's
+    flashinfer/ (its JIT compiles the CUDA sources and headers under data/ at run time), byte
+    for byte, the patched ones patched, and the wheel's dist-info beside it, so
+    `importlib.metadata.version("flashinfer-python")` is the pin's version there."""
+    import hashlib
+
+    proj, repo, made = project
+    wheel = fi_wheel()
+    with zipfile.ZipFile(wheel.origin) as zf:
+        members = {i.filename: zf.read(i) for i in zf.infolist() if not i.is_dir()}
+    package = {n[len("flashinfer/"):]: d for n, d in members.items() if n.startswith("flashinfer/")}
+    others = {rel: hashlib.sha256(d).hexdigest() for rel, d in package.items() if not rel.endswith(".py")}
+    assert any(rel.endswith((".cuh", ".h")) for rel in others) and CU in others  # what the JIT reads
+    metadata = members[f"flashinfer_python-{FI}.dist-info/METADATA"]
+    r = forgepatch("build", "--arch", "sm120", "--base-image", base_image, "--context-dir", tmp_path / "ctx", "--json",
+                   cwd=proj, env=env())
+    assert r.rc == 0, r.err
+    image = r.json()["image_id"]
+    made.append(image)
+    script = (
+        f"cd {SITE}/flashinfer && find . -type f ! -name '*.py' ! -path '*__pycache__*' | sort | xargs sha256sum; "
+        "echo ===; find . -type f -name '*.py' | wc -l; "
+        "python3 -c 'import importlib.metadata as m; print(m.version(\"flashinfer-python\"))'; "
+        f"sha256sum {SITE}/flashinfer_python-{FI}.dist-info/METADATA | cut -c1-64; "
+        f"grep -c 'TVM_FFI_ICHECK(major == 10 || major == 12)' {CU}; "
+        "grep -c 'supported_major_versions=\\[9, 10, 12\\]' jit/comm.py"
+    )
+    out = docker_client.containers.run(image, ["sh", "-c", script], network_mode="none", remove=True,
+                                       stderr=True).decode()
+    listing, _, tail = out.partition("===\n")
+    found = {}
+    for line in listing.splitlines():
+        sha, rel = line.split(None, 1)
+        found[rel.removeprefix("./")] = sha
+    assert set(found) == set(others), sorted(set(found) ^ set(others))[:5]
+    patched = hashlib.sha256(package[CU]).hexdigest()
+    assert found[CU] != patched  # the launcher carries the patch (below) ...
+    assert {rel: sha for rel, sha in found.items() if rel != CU} == {rel: sha for rel, sha in others.items() if rel != CU}
+    assert tail.split() == [str(sum(rel.endswith(".py") for rel in package)), FI, hashlib.sha256(metadata).hexdigest(),
+                            "1", "1"], tail

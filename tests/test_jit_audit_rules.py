@@ -1,4 +1,5 @@
-"""Rules of the image audit's FlashInfer lookup (images/jit_audit.py) and of the run-time
+"""Rules of the image audit's reading of `.pth` files (images/image_files.py: where python3
+imports from, for the kernel and the JIT audit alike) and of the run-time
 package comparison (combination.results.imported_problems), over many shapes (hypothesis).
 The image-level behaviour is in tests/test_images_audit_jit.py and tests/test_smoke_imported.py."""
 
@@ -11,8 +12,7 @@ from hypothesis import strategies as st
 
 from forgepatch.combination import LABEL, PackageIdentity, Upstream
 from forgepatch.combination.results import ImportedPackage, imported_problems
-from forgepatch.images.jit_audit import Collector, pth_dirs
-from forgepatch.packages import KNOWN
+from forgepatch.images.image_files import pth_dirs
 
 ROOT = "/usr/lib/python3/dist-packages"
 names = st.text("abcxyz_-.", min_size=1, max_size=8).filter(lambda s: s not in (".", ".."))
@@ -27,7 +27,7 @@ line = st.one_of(
 def test_pth_lines_are_read_as_site_reads_them(files):
     """Comments and blank lines are skipped, `import` lines run code (named, not followed), every
     other line is a directory, relative to the site dir; files in name order, first seen wins."""
-    c = Collector(KNOWN["flashinfer"])
+    kept: dict[str, bytes | None] = {}
     want_dirs, want_code = [], []
     for i, lines in enumerate(files):
         path = f"{ROOT}/{i:02d}.pth"
@@ -41,10 +41,11 @@ def test_pth_lines_are_read_as_site_reads_them(files):
                 want_dirs.append(f"/opt/{value}")
             elif kind == "import" and path not in want_code:
                 want_code.append(path)
-        assert c.keep(path)
-        c.add(path, "\n".join(text).encode())
-    c.add(f"{ROOT}/sub/nested.pth", b"/opt/never\n")  # not at the site dir's top: site ignores it
-    dirs, code = pth_dirs(c, [ROOT])
+        kept[path] = "\n".join(text).encode()
+    kept[f"{ROOT}/sub/nested.pth"] = b"/opt/never\n"  # not at the site dir's top: site ignores it
+    kept[f"{ROOT}/zz-unread.pth"] = None  # too large to read: it may run code, named as such
+    want_code.append(f"{ROOT}/zz-unread.pth")
+    dirs, code = pth_dirs(kept, [ROOT])
     assert dirs == list(dict.fromkeys(want_dirs)) and code == want_code
 
 

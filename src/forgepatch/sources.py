@@ -108,13 +108,18 @@ def wheel_package_tree(wheel: Path, version: str, sha: str, package=None) -> Sou
     return SourceTree(root / import_name, label, "pypi", version, sha, pristine=True, origin=wheel, package_name=name)
 
 
-def git_tree(spec: str, package_dir: str = "python/sglang") -> SourceTree:
-    """``PATH_OR_URL@REV``: export the package at REV from git objects (no checkout touched)."""
+def git_tree(spec: str, package_dir: str = "python/sglang", package=None, flag: str = "--source") -> SourceTree:
+    """``PATH_OR_URL@REV``: export the package at REV from git objects (no checkout touched).
+
+    SGLang (``package`` None): its ``.py`` files (``copy_non_py`` adds the rest where a stage
+    needs them). Another package (a ``packages.Package``, e.g. FlashInfer at a pin's git
+    revision of it): every file of it at ``package_dir`` (else ``IMPORT/``), its CUDA sources
+    and data included, as its wheel would carry them."""
     from forgepatch.infra.gitrepo import GitRepo, clone_bare
 
     where, sep, rev = spec.rpartition("@")
     if not sep or not where or not rev:
-        raise BadInput(f"--source: git source {spec!r} must be git:PATH_OR_URL@REV")
+        raise BadInput(f"{flag}: git source {spec!r} must be git:PATH_OR_URL@REV")
     if not Path(where).exists():  # a URL: a bare clone in the cache, made once
         from forgepatch.wheelcache import artifact_lock
 
@@ -131,36 +136,68 @@ def git_tree(spec: str, package_dir: str = "python/sglang") -> SourceTree:
         where_path = clone
     else:
         where_path = Path(where)
-    repo = GitRepo(where_path, flag="--source")
+    repo = GitRepo(where_path, flag=flag)
     try:
         commit = repo.resolve(rev)
     except BadInput:
-        raise BadInput(f"--source: {where} has no revision {rev!r}") from None
+        raise BadInput(f"{flag}: {where} has no revision {rev!r}") from None
+    top, name = (PACKAGE, PACKAGE) if package is None else (package.import_name, package.name)
+    candidates = (package_dir, "python/sglang", "sglang") if package is None else (package_dir, top)
     tree = None
-    for cand in dict.fromkeys((package_dir, "python/sglang", "sglang")):
+    for cand in dict.fromkeys(candidates):
         try:
             tree = repo.tree(commit, cand)
             break
         except BadInput:
             continue
     if tree is None:
-        raise BadInput(f"--source: {where}@{rev} holds no SGLang package (looked for {package_dir}/ and sglang/)")
+        what = "no SGLang package" if package is None else f"no {name} package"
+        raise BadInput(f"{flag}: {where}@{rev} holds {what} (looked for "
+                       f"{' and '.join(c + '/' for c in dict.fromkeys(candidates))})")
     from forgepatch.wheelcache import unpacked_tree
+
+    rels = tree.paths() if package is None else tree.all_paths()
 
     def fill(tmp: Path) -> None:
         from forgepatch import progress
 
-        for rel in progress.track(tree.paths(), f"exporting {commit[:12]} from git"):
-            if rel.endswith(".py"):
-                target = Path(tmp, PACKAGE, rel)
+        with progress.task(f"exporting {len(rels)} file(s) of {commit[:12]} from git", total=len(rels)) as bar:
+            for rel, data in zip(rels, repo.blobs([tree.blobs[r] for r in rels])):
+                target = Path(tmp, top, rel)
                 target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(tree.read(rel))
+                target.write_bytes(data)
+                bar.advance(1)
 
-    root = unpacked_tree(f"git-{commit}", commit, fill, f"the tree of {commit[:12]}")
+    key = f"git-{commit}" if package is None else f"git-{name}-{commit}"
+    root = unpacked_tree(key, commit, fill, f"the tree of {commit[:12]}")
     version = tree.version()
     repo.close()
-    return SourceTree(root / PACKAGE, f"git:{where}@{commit[:12]}", "git", version, commit, True,
-                      origin=where_path, subdir=tree.package_dir)
+    return SourceTree(root / top, f"git:{where}@{commit[:12]}", "git", version, commit, True,
+                      origin=where_path, subdir=tree.package_dir, package_name=name)
+
+
+def complete_tree(src: SourceTree, package=None) -> SourceTree:
+    """``src`` as a complete package, every file (``.py``, CUDA sources and headers, data,
+    ``.so``), for a stage that ships it (``build``): a PyPI source is the whole package of the
+    very wheel ``src`` was read from (its sha256 is ``src.revision``, checked when ``src`` was
+    resolved); a git source of a package besides SGLang and a directory already hold every
+    file. ``package``: the ``packages.Package`` of ``src`` (None: SGLang)."""
+    if src.kind == "pypi" and src.origin is not None and src.revision:
+        return wheel_package_tree(src.origin, str(src.version), src.revision, package)
+    return src
+
+
+def wheel_dist_info(wheel: Path) -> tuple[str, dict[str, bytes]]:
+    """The distribution metadata a wheel installs: its ``NAME-VERSION.dist-info`` directory's
+    name and files (relative path -> bytes, as in the wheel). BadInput when it has none, or
+    several."""
+    with zipfile.ZipFile(wheel) as zf:
+        names = [i.filename for i in zf.infolist() if not i.is_dir() and ".." not in i.filename.split("/")]
+        tops = sorted({n.split("/", 1)[0] for n in names if n.split("/", 1)[0].endswith(".dist-info") and "/" in n})
+        if len(tops) != 1:
+            raise BadInput(f"{wheel.name}: a wheel has one .dist-info directory, this one has {len(tops)}")
+        top = tops[0]
+        return top, {n[len(top) + 1:]: zf.read(n) for n in sorted(names) if n.startswith(top + "/")}
 
 
 # -- the files next to the sources --------------------------------------------------------

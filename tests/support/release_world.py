@@ -270,3 +270,76 @@ def remove_images(client, ids) -> list[str]:
         except docker.errors.ImageNotFound:
             pass
     return left
+
+
+# -- a series over SGLang and FlashInfer ---------------------------------------------------------
+FI_VERSION = "0.6.1"  # lists [9, 10] / [10] and checks major 10 in its launcher: both FlashInfer patches apply
+FI_PATCHES = ("fi-jit-majors", "fi-moe-launcher")
+PACKAGES_FIXTURE = ROOT / "tests" / "fixtures" / "packages" / "patches"
+
+
+def fi_upstream(dest: Path) -> tuple[Path, str, str]:
+    """A git checkout of FlashInfer as its package ships: every file of the real
+    flashinfer-python==FI_VERSION wheel's ``flashinfer/`` in one commit (tagged), then a later
+    commit; returns (repo, release commit, later commit)."""
+    import zipfile
+
+    from forgepatch.packages import KNOWN
+    from forgepatch.sources import pypi_wheel
+
+    wheel = pypi_wheel(FI_VERSION, KNOWN["flashinfer"].dist)
+    dest.mkdir(parents=True)
+    git(dest, "init", "-q", "-b", "main")
+    with zipfile.ZipFile(wheel) as zf:
+        for info in zf.infolist():
+            if info.filename.startswith("flashinfer/") and not info.is_dir():
+                target = dest / info.filename
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(zf.read(info))
+    ident = ["-c", "user.name=FlashInfer Test Upstream", "-c", "user.email=fi@example.invalid"]
+    git(dest, "add", "-A")
+    git(dest, *ident, "commit", "-qm", f"flashinfer {FI_VERSION}")
+    git(dest, "tag", f"v{FI_VERSION}")
+    release = git(dest, "rev-parse", "HEAD")
+    (dest / "NOTES.md").write_text("a later upstream commit\n")
+    git(dest, "add", "NOTES.md")
+    git(dest, *ident, "commit", "-qm", "notes")
+    return dest, release, git(dest, "rev-parse", "HEAD")
+
+
+class PackagesWorld(World):
+    """A world whose sm120 series patches FlashInfer too (the fixture patches of
+    tests/fixtures/packages): pin p23 takes FlashInfer at a git revision of a checkout of it
+    (``fi``, a clone of ``fi_upstream``), as ``fork`` needs; the fork branches are made in the
+    fork repository and in that checkout by ``forgepatch fork``."""
+
+    def __init__(self, root: Path, template_repo: Path, client, base_image: str, run_id: str, fi: Path, fi_rev: str):
+        self.fi, self.fi_rev = fi, fi_rev
+        super().__init__(root, template_repo, client, base_image, run_id)
+        for name in FI_PATCHES:
+            for path in PACKAGES_FIXTURE.glob(f"{name}.*"):
+                shutil.copy2(path, self.patches / path.name)
+
+    def write_matrix(self, gate: str = OK, extra: str = FAIL) -> None:
+        super().write_matrix(gate, extra)
+        text = self.config.read_text()
+        series = f'patches = ["{PATCH}"]'
+        assert text.count(series) == 1
+        text = text.replace(series, "patches = " + json.dumps([PATCH, *FI_PATCHES]))
+        pin = f'[pins.{PIN}]\npypi = "{VERSION}"\n'
+        assert text.count(pin) == 1
+        text = text.replace(pin, '[packages.flashinfer]\npypi = "flashinfer-python"\nimport_name = "flashinfer"\n'
+                            f'package_dir = "flashinfer"\n\n{pin}\n[pins.{PIN}.packages.flashinfer]\n'
+                            f'rev = "{self.fi_rev}"\nrepo = "{self.fi}"\n')
+        self.config.write_text(text)
+
+    @property
+    def patchset(self) -> str:
+        return patchset_of(self.patches, (PATCH, *FI_PATCHES))
+
+    def fork(self) -> dict:
+        """``forgepatch fork`` of the whole series: the sglang branch and the flashinfer one."""
+        r = cli("--config", self.config, "--patches", self.patches, "fork", "--arch", ARCH, "--repo", self.repo,
+                "--rev", f"v{VERSION}", "--pin", PIN, "--json")
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)

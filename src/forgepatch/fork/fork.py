@@ -144,7 +144,7 @@ def fork(
         if not repo.valid_ref(f"refs/heads/{branch}"):
             raise BadInput(f"--pin: {pin!r} does not make a valid branch name ({branch})")
         # the other packages' checkouts and revisions, checked before anything runs
-        others = [_package_target(matrix, full, arch.name, pin, name) for name in packages_of(full) if name != "sglang"]
+        others = [_package_target(matrix, full, pin, name) for name in packages_of(full) if name != "sglang"]
         # the sglang repository's branch: the sglang part of the series
         series = for_package(full, "sglang", matrix)
         from forgepatch import progress
@@ -185,24 +185,13 @@ class _PackageTarget:
     series: Any  # its part of the series
 
 
-def _package_target(matrix, full, arch: str, pin: str, name: str) -> _PackageTarget:
-    """Where package ``name``'s fork branch goes (BadInput, one line, when it cannot)."""
-    from forgepatch.packages import get
-    from forgepatch.patching.series import for_package
+def _package_target(matrix, full, pin: str, name: str) -> _PackageTarget:
+    """Where package ``name``'s fork branch goes (``patching.series.package_checkout``, which
+    ``release`` reads too; BadInput, one line, when it cannot)."""
+    from forgepatch.patching.series import for_package, package_checkout
 
-    info = get(name, matrix)
-    pp = matrix.pins[pin].packages.get(name) if pin in matrix.pins else None
-    patch = next(p.id for p in full.patches if p.package == name)
-    if pp is None or not pp.rev:
-        named = ("no version of it" if pp is None else f"it by its PyPI release {pp.pypi}")
-        raise BadInput(f"fork: the {arch} series patches {name} too (patch {patch}); its fork branch is made in "
-                       f"a git checkout of {name} at the pin's revision of it, and pin {pin!r} names {named}: "
-                       f"set [pins.\"{pin}\".packages.{name}] rev = \"COMMIT\" and repo = \"CHECKOUT\" in matrix.toml")
-    checkout = pp.repo or info.repo
-    if not checkout or "://" in checkout or checkout.startswith("git@") or not Path(checkout).expanduser().is_dir():
-        raise BadInput(f"fork: {name}'s repository {checkout!r} is not a local git checkout "
-                       f"(set [pins.\"{pin}\".packages.{name}] repo, or [packages.{name}] repo, to one)")
-    return _PackageTarget(name, Path(checkout).expanduser(), pp.rev, info.package_dir, for_package(full, name, matrix))
+    where = package_checkout(matrix, full, pin, name, "fork: ")
+    return _PackageTarget(name, where.checkout, where.rev, where.package_dir, for_package(full, name, matrix))
 
 
 def _package_tree(repo: GitRepo, target: _PackageTarget):

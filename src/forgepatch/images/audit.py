@@ -1,6 +1,8 @@
 """``forgepatch audit``: can the CUDA kernels an image (or a directory) carries run on an arch?
 
-Every ELF shared object of the Python environment is read with :mod:`forgepatch.images.fatbin`
+Every ELF shared object where ``python3`` imports from (an image's Python environments and the
+directories their ``.pth`` files add: ``image_files.ImportPaths``; or a directory) is read with
+:mod:`forgepatch.images.fatbin`
 (headers only); each fatbin (one per compilation unit) is judged by NVIDIA's compatibility
 rules from :mod:`forgepatch.arch`. A library passes when each of its fatbins has a SASS
 target that runs on the arch or PTX the driver can JIT-compile for it; it has **none** when
@@ -26,7 +28,7 @@ from forgepatch.arch import Arch, compatibility, target_runs_on
 from forgepatch.errors import BadInput
 from forgepatch.images.fatbin import Entry, FatbinError, is_elf, read_fatbins, target_sort_key
 from forgepatch.images.image_files import is_shared_object_name
-from forgepatch.images.jit_audit import Collector, JitAudit, audit_package, judge as judge_jit
+from forgepatch.images.jit_audit import Collector, JitAudit, judge as judge_jit
 from forgepatch.gates.jitlists import REJECTS, UNVERIFIED
 from forgepatch.packages import KNOWN
 
@@ -248,31 +250,32 @@ def shared_objects(root: Path):
 
 
 def audit_image(image: str, arch: Arch, strict: bool = False, progress: Progress | None = None, api=None) -> AuditReport:
-    """Audit the shared objects of ``image``'s Python environments (nothing runs inside)."""
+    """Audit the shared objects where ``image``'s ``python3`` imports from (its Python
+    environments and the directories their ``.pth`` files add), and FlashInfer's JIT lists
+    there (nothing runs inside)."""
     from forgepatch.infra import dockerapi
-    from forgepatch.images.image_files import ImageFiles
+    from forgepatch.images.image_files import ImageFiles, ImportPaths
 
     api = api or dockerapi.api()
     started = time.perf_counter()
     stats = _new_stats()
     with ImageFiles(api, image) as files:
-        roots = files.python_roots()
+        paths = ImportPaths(files.python_roots())
         report = AuditReport(arch.name, arch.cc, {"kind": "image", "image": image, "image_id": files.image_id,
-                                                  "roots": roots}, strict)
-        _emit(progress, "start", total=None, roots=roots)
+                                                  "roots": paths.roots}, strict)
+        _emit(progress, "start", total=None, roots=paths.roots)
 
         def streamed(n: int) -> None:
             stats["bytes_streamed"] += n
             _emit(progress, "bytes", n=n)
 
         collector = Collector(JIT_PACKAGE)
-        for root in roots:
-            for member in files.shared_objects(root, streamed, collector.keep, collector.add):
-                _emit(progress, "file", path=member.path, size=member.size)
-                stats["bytes_total"] += member.size
-                _add(report, stats, *judge(member.path, member.size, member.fileobj, arch))
-        report.jit = audit_package(collector, roots, arch.cc[0],
-                                   lambda d, keep: files.read_files(d, keep, streamed))
+        for member in files.import_members(paths, streamed, collector.keep, collector.add):
+            _emit(progress, "file", path=member.path, size=member.size)
+            stats["bytes_total"] += member.size
+            _add(report, stats, *judge(member.path, member.size, member.fileobj, arch))
+        report.source["pth_dirs"] = paths.added
+        report.jit = judge_jit(collector, collector.package_dirs(paths.dirs), arch.cc[0], paths.code)
     stats["seconds"] = round(time.perf_counter() - started, 3)
     report.stats = stats
     report.libraries.sort(key=lambda lib: lib.path)

@@ -14,7 +14,11 @@ Layout (the shipped Dockerfile reads exactly this)::
                               build of a pin packs it
     upstream/removed.txt      package files the patches deleted, one per line
     upstream/packages.txt     the other packages the series patches, by import name (one a line)
-    upstream/<name>.tar.gz    each one's unpatched package (``<name>/...`` members), cached alike
+    upstream/<name>.tar.gz    each one's unpatched package (``<name>/...`` members), every file
+                              of it (FlashInfer's CUDA sources and headers too), cached alike
+    upstream/dist-info/<name>/<DIST-VERSION>.dist-info/
+                              the distribution metadata of each one from a PyPI wheel (as the
+                              wheel holds it), installed where the base lacks that distribution
     overlay-packages/<name>/  files of each other package that differ from its upstream
     overlay/sglang/           files that differ from upstream (the whole patched package goes
                               to upstream/sglang.tar.gz when no upstream tree is given)
@@ -55,6 +59,7 @@ from forgepatch.images.archive import (
 MANIFEST = ".forgepatch-context.json"
 UPSTREAM_TAR = "upstream/sglang.tar.gz"
 PACKAGES_LIST = "upstream/packages.txt"
+DIST_INFO = "upstream/dist-info"  # <import name>/<DIST-VERSION>.dist-info/<file>
 OTHER_OVERLAY = "overlay-packages"
 REQUIRED_DIRS = ("wheels", "overlay/sglang", OTHER_OVERLAY)
 IMPORT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -84,6 +89,7 @@ class OtherPackage:
     import_name: str
     upstream: Path
     changes: dict[str, bytes | str] = field(default_factory=dict)
+    dist_info: dict[str, bytes] = field(default_factory=dict)  # "DIST-VERSION.dist-info/FILE" -> bytes (a wheel's)
 
 
 @dataclass(frozen=True)
@@ -299,9 +305,17 @@ def _plan(plan, package, upstream, changes, wheels, dockerfile, installer, packa
 
 
 def _plan_other(plan: _Plan, other: OtherPackage, tar_cache) -> list[str]:
-    """One other package: its unpatched tar and the files the series changed in it."""
+    """One other package: its unpatched tar, its distribution metadata and the files the
+    series changed in it."""
     name = other.import_name
     plan.files[f"upstream/{name}.tar.gz"], pristine = upstream_tar(other.upstream, tar_cache, plan.scan, prefix=name)
+    tops = {rel.split("/", 1)[0] for rel in other.dist_info}
+    if other.dist_info and (len(tops) != 1 or not next(iter(tops)).endswith(".dist-info")):
+        raise BadInput(f"package {name}: its distribution metadata is not one DIST-VERSION.dist-info directory")
+    for rel, data in sorted(other.dist_info.items()):
+        if not _safe_rel(rel):
+            raise BadInput(f"distribution metadata {rel!r} of {name}: not a path inside its .dist-info")
+        plan.put(f"{DIST_INFO}/{name}/{rel}", data, f"{name} {rel}")
     overlay = []
     for rel, text in sorted(other.changes.items()):
         if not _safe_rel(rel):

@@ -1,4 +1,5 @@
-"""The shared objects of an image's Python environments, read through the Docker engine API.
+"""Where an image's ``python3`` imports from, and the shared objects there, read through the
+Docker engine API.
 
 Nothing runs inside the image: a container is *created* (never started) so the engine's
 archive endpoint can read its filesystem, and removed afterwards. The Python environments
@@ -6,10 +7,14 @@ are found from the image's own configuration — the usual prefixes (``/usr``,
 ``/usr/local``, ``/opt/conda``, ...), the parents of its ``PATH`` directories,
 ``VIRTUAL_ENV``/``CONDA_PREFIX`` and ``PYTHONPATH`` — each probed with HEAD requests for
 ``lib/python3.N/{site,dist}-packages`` (symlinks resolved, so ``/lib`` on a merged-/usr
-system is not read twice). Each environment found is streamed as one tar
-archive; members that are not shared objects are skipped as the stream passes, and each
-ELF shared object is spooled to a temporary file (the engine gives no random access into
-an archive) so the fatbin reader can seek to its headers.
+system is not read twice). The directories their ``.pth`` files add are imported from as
+well (``site`` reads each environment's own ``.pth`` files: a line is a directory, relative
+to the environment; an ``import`` line runs code and is not followed): ``ImportPaths`` is
+that one notion, and ``ImageFiles.import_members`` walks it for both audits (the kernels'
+shared objects, FlashInfer's JIT lists). Each directory is streamed as one tar archive;
+members that are not shared objects are skipped as the stream passes, and each ELF shared
+object is spooled to a temporary file (the engine gives no random access into an archive) so
+the fatbin reader can seek to its headers.
 """
 
 from __future__ import annotations
@@ -20,8 +25,8 @@ import shutil
 import tarfile
 import tempfile
 import uuid
-from dataclasses import dataclass
-from typing import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Mapping
 
 from forgepatch.errors import BadInput
 
@@ -37,6 +42,50 @@ _DIR = 1 << 31  # Go's os.ModeDir
 def is_shared_object_name(name: str) -> bool:
     base = posixpath.basename(name)
     return base.endswith(".so") or ".so." in base
+
+
+def pth_dirs(files: Mapping[str, bytes | None], roots: list[str]) -> tuple[list[str], list[str]]:
+    """The directories the roots' own ``.pth`` files (of ``files``: path -> bytes, None when
+    unread) add, relative lines resolved against the root, in ``site``'s order (files sorted by
+    name, first seen wins), and the ``.pth`` files that run code (``import`` lines, or unread),
+    which are not followed."""
+    dirs, code = [], []
+    for root in roots:
+        for path in sorted(p for p in files if p.endswith(".pth") and posixpath.dirname(p) == root):
+            data = files[path]
+            if data is None:
+                code.append(path)
+                continue
+            for line in data.decode("utf-8", "replace").splitlines():
+                line = line.strip()
+                if not line or line.startswith("#"):
+                    continue
+                if line.startswith(("import ", "import\t")):
+                    code.append(path)
+                    continue
+                dirs.append(posixpath.normpath(posixpath.join(root, line)))
+    return list(dict.fromkeys(dirs)), list(dict.fromkeys(code))
+
+
+def _inside(path: str, dirs: list[str]) -> bool:
+    return any(path == d or path.startswith(d.rstrip("/") + "/") for d in dirs)
+
+
+@dataclass
+class ImportPaths:
+    """Where ``python3`` imports from in an image, read statically: its Python environments
+    (``ImageFiles.python_roots``) and the directories their ``.pth`` files add outside them
+    (``added``, symlinks resolved, existing directories only), known once the environments
+    were streamed (``ImageFiles.import_members``); ``code``: the ``.pth`` files that run code,
+    not followed."""
+
+    roots: list[str]
+    added: list[str] = field(default_factory=list)
+    code: list[str] = field(default_factory=list)
+
+    @property
+    def dirs(self) -> list[str]:
+        return self.roots + self.added
 
 
 @dataclass
@@ -176,18 +225,39 @@ class ImageFiles:
                     spool.seek(0)
                     yield Member(path, info.size, spool)
 
-    def read_files(self, root: str, keep: Callable[[str], bool],
-                   on_bytes: Callable[[int], None] | None = None) -> tuple[str, dict[str, bytes | None]] | None:
-        """``root`` with its symlinks resolved and the regular files under it that ``keep``
-        accepts (absolute path -> bytes, None over ``TEXT_LIMIT``); None when it is not a
-        directory."""
-        real = self._realpath(root)
-        if real is None or not (self._stat_cached(real) or {}).get("mode", 0) & _DIR:
-            return None
-        found: dict[str, bytes | None] = {}
-        for _ in self.shared_objects(real, on_bytes, keep, found.__setitem__, elf=False):
-            pass
-        return real, found
+    def import_members(self, paths: ImportPaths, on_bytes: Callable[[int], None] | None = None,
+                       keep: Callable[[str], bool] | None = None,
+                       on_file: Callable[[str, bytes | None], None] | None = None) -> Iterator[Member]:
+        """Each ELF shared object where ``python3`` imports from (``shared_objects``, the same
+        ``keep``/``on_file``): the environments ``paths.roots`` first, then the directories
+        their ``.pth`` files add outside them, which this fills in (``paths.added``,
+        ``paths.code``) once the environments were read. A directory inside another one read is
+        not read again."""
+        pths: dict[str, bytes | None] = {}
+
+        def keep_also(path: str) -> bool:
+            return path.endswith(".pth") and posixpath.dirname(path) in paths.roots or bool(keep and keep(path))
+
+        def on_file_also(path: str, data: bytes | None) -> None:
+            if path.endswith(".pth") and posixpath.dirname(path) in paths.roots:
+                pths[path] = data
+            if keep is not None and on_file is not None and keep(path):
+                on_file(path, data)
+
+        for root in paths.roots:
+            yield from self.shared_objects(root, on_bytes, keep_also, on_file_also)
+        dirs, paths.code = pth_dirs(pths, paths.roots)
+        for d in dirs:
+            real = self._realpath(d) if not _inside(d, paths.roots) else None
+            if real is None or not (self._stat_cached(real) or {}).get("mode", 0) & _DIR:
+                continue
+            if not _inside(real, paths.roots) and real not in paths.added:
+                paths.added.append(real)
+        streamed: list[str] = []
+        for d in sorted(paths.added, key=len):  # outer directories first: an inner one is in their stream
+            if not _inside(d, streamed):
+                streamed.append(d)
+                yield from self.shared_objects(d, on_bytes, keep, on_file)
 
     def realpath(self, path: str) -> str | None:
         """``path`` in the image with its symlinks resolved; None when it does not exist."""

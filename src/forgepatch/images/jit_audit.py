@@ -5,10 +5,10 @@ pick with ``supported_major_versions=[...]``; a builder whose list lacks the dev
 no target for it (``gates.jitlists``, the one evaluator of those lists). The audit reads them
 in the image without running anything in it:
 
-- where ``python3`` would import the package from, statically: each Python environment of the
-  image (``ImageFiles.python_roots``) and the directories their ``.pth`` files add (as
-  ``site`` does; ``import`` lines of a ``.pth`` run code and are not followed), holding an
-  ``IMPORT/`` directory; its version from the ``DIST-VERSION.dist-info`` beside it;
+- where ``python3`` would import the package from, statically: each directory of
+  ``image_files.ImportPaths`` (the Python environments of the image and the directories their
+  ``.pth`` files add, as ``site`` does; the kernel audit reads the same directories) holding
+  an ``IMPORT/`` directory; its version from the ``DIST-VERSION.dist-info`` beside it;
 - every ``.py`` file of that directory, read with ``gates.jitlists`` (a list that is not a
   literal, or a file that names the keyword but does not parse, is ``unverified``).
 
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass, field
-from typing import Callable
 
 from forgepatch.gates.jitlists import ADMITS, KEYWORD, REJECTS, UNVERIFIED, JitList, lists_of_bytes
 from forgepatch.packages import Package
@@ -80,9 +79,9 @@ class JitAudit:
 
 
 class Collector:
-    """Decides which files the audit keeps while it streams an environment (``keep``) and
-    holds them (``add``): the top-level ``.pth`` files of each root, the package's ``.py``
-    files and the ``METADATA`` of its dist-info."""
+    """Decides which files the audit keeps while it streams where ``python3`` imports from
+    (``keep``) and holds them (``add``): the package's ``.py`` files and the ``METADATA`` of
+    its dist-info."""
 
     def __init__(self, package: Package):
         self.package = package
@@ -91,8 +90,6 @@ class Collector:
 
     def keep(self, path: str) -> bool:
         parent, name = posixpath.split(path)
-        if name.endswith(".pth"):
-            return True  # only a root's own are read (``_pth_dirs``)
         if name.endswith(".py"):
             return f"/{self.package.import_name}/" in path
         return name == "METADATA" and posixpath.basename(parent).lower().startswith(self.prefix) \
@@ -121,28 +118,6 @@ class Collector:
 
     def dist_infos(self) -> list[str]:
         return sorted(posixpath.dirname(p) for p in self.files if p.endswith("/METADATA"))
-
-
-def pth_dirs(collector: Collector, roots: list[str]) -> tuple[list[str], list[str]]:
-    """The directories the roots' ``.pth`` files add (relative lines resolved against the root,
-    in ``site``'s order: files sorted by name) and the ``.pth`` files that run code (``import``
-    lines), which are not followed."""
-    dirs, code = [], []
-    for root in roots:
-        for path in sorted(p for p in collector.files if p.endswith(".pth") and posixpath.dirname(p) == root):
-            data = collector.files[path]
-            if data is None:
-                code.append(path)
-                continue
-            for line in data.decode("utf-8", "replace").splitlines():
-                line = line.strip()
-                if not line or line.startswith("#"):
-                    continue
-                if line.startswith(("import ", "import\t")):
-                    code.append(path)
-                    continue
-                dirs.append(posixpath.normpath(posixpath.join(root, line)))
-    return list(dict.fromkeys(dirs)), list(dict.fromkeys(code))
 
 
 def judge(collector: Collector, package_dirs: list[str], major: int, code_pths: list[str]) -> JitAudit:
@@ -192,27 +167,3 @@ def judge(collector: Collector, package_dirs: list[str], major: int, code_pths: 
         audit.reason = (f"all {len(audit.lists)} {KEYWORD} lists of {where} admit major {major}" if audit.lists
                         else f"{where} has no {KEYWORD} list: no JIT module is gated by one")
     return audit
-
-
-Reader = Callable[[str, Callable[[str], bool]], "tuple[str, dict[str, bytes | None]] | None"]
-
-
-def audit_package(collector: Collector, roots: list[str], major: int, read: Reader) -> JitAudit:
-    """After the roots were streamed through ``collector``: read the directories the roots'
-    ``.pth`` files add outside them (``read(dir, keep)`` -> (the dir, symlinks resolved, and
-    the files kept), None when it is not a directory), then judge."""
-    dirs, code = pth_dirs(collector, roots)
-
-    def inside(d: str) -> bool:
-        return any(d == r or d.startswith(r.rstrip("/") + "/") for r in roots)
-
-    extra: list[str] = []
-    for d in dirs:
-        if inside(d):
-            continue
-        got = read(d, collector.keep)
-        if got is None or inside(got[0]) or got[0] in extra:
-            continue
-        collector.files.update(got[1])
-        extra.append(got[0])
-    return judge(collector, collector.package_dirs(roots + extra), major, code)

@@ -146,7 +146,9 @@ def prepare(target: Target, matrix, patches_dir: Path, context_dir: Path | None 
             check_pin(target.pin, matrix.pins[target.pin], tree)  # the wheel is the one the pin records
     upstream = Upstream.of_source(tree)
     check_source_is_pin(target, upstream, tree.label)
-    # other packages first: a missing package pin is bad input before any patching
+    # other packages first: a missing package pin is bad input before any patching; each is
+    # carried whole (every file of the pin's wheel or revision: FlashInfer's JIT needs its
+    # CUDA sources at run time), patched
     others = [(name, package_tree(matrix, target, series, name)) for name in packages_of(series) if name != "sglang"]
     # in memory: the image context takes each unpatched tree (one cached layer per pin) plus
     # the files the series changed (the overlay layers)
@@ -154,14 +156,12 @@ def prepare(target: Target, matrix, patches_dir: Path, context_dir: Path | None 
     for src in [tree] + [t for _, t in others]:
         result, _src, _tree, patches = run_arch(target.arch.name, None, matrix, patches_dir, src=src)
         if result.drift:
-            raise Failure(
-                f"the {target.arch.name} patch series drifted on {src.label}; see `forgepatch apply --arch "
-                f"{target.arch.name} --source {target.source if src is tree else src.label}`"
-            )
+            raise Failure(f"the {target.arch.name} patch series drifted on {src.label}; see "
+                          f"`{_drift_hint(target, src, tree is src)}`")
         runs.append((src, result, patchset_hash(patches)))
     sg_result = runs[0][1]
-    extra = [OtherPackage(get(src.package_name, matrix).import_name, Path(src.package), result.changed_bytes())
-             for src, result, _ in runs[1:]]
+    extra = [OtherPackage(get(src.package_name, matrix).import_name, Path(src.package), result.changed_bytes(),
+                          dist_info(src)) for src, result, _ in runs[1:]]
     copy_files, install_args = copy_destinations(target, base, extra) if copy_only else (None, {})
     ctx = build_context(dest, None, upstream=Path(tree.package), wheels=target.wheels,
                         changes=sg_result.changed_bytes(), others=extra, copy_files=copy_files)
@@ -227,7 +227,35 @@ def base_tree(target: Target, matrix, base: BaseFacts):
 
 def package_tree(matrix, target: Target, series, name: str):
     """The pin's version of package ``name``, held to the wheel digest the pin records
-    (:func:`forgepatch.patching.series.pin_package_tree`, the one reader of package pins)."""
+    (:func:`forgepatch.patching.series.pin_package_tree`, the one reader of package pins), as
+    a complete package (``sources.complete_tree``: every file of that very wheel, or of the
+    pin's git revision), not only its ``.py`` files."""
+    from forgepatch.packages import get
     from forgepatch.patching.series import pin_package_tree
+    from forgepatch.sources import complete_tree
 
-    return pin_package_tree(matrix, target.pin, series, name, "build")
+    src = pin_package_tree(matrix, target.pin, series, name, "build")
+    return complete_tree(src, get(name, matrix))
+
+
+def dist_info(src) -> dict[str, bytes]:
+    """The distribution metadata the image gets for a package besides SGLang: a PyPI source's
+    wheel's ``NAME-VERSION.dist-info`` files (``DIR/FILE`` -> bytes, as the wheel holds them),
+    installed where the image lacks that distribution; none for a git revision or directory."""
+    if src.kind != "pypi" or src.origin is None:
+        return {}
+    from forgepatch.sources import wheel_dist_info
+
+    top, files = wheel_dist_info(src.origin)
+    return {f"{top}/{rel}": data for rel, data in files.items()}
+
+
+def _drift_hint(target: Target, src, is_sglang: bool) -> str:
+    """The command that shows the drift (a git revision of another package: ``drift --package``)."""
+    arch = target.arch.name
+    if is_sglang:
+        return f"forgepatch apply --arch {arch} --source {target.source}"
+    if src.kind == "git":
+        return (f"forgepatch drift --arch {arch} --package {src.package_name} --repo {src.origin} "
+                f"--revs {src.revision}")
+    return f"forgepatch apply --arch {arch} --source {src.label}"

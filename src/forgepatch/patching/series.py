@@ -99,7 +99,8 @@ def for_package(series: Series, package: str, matrix: Any = None, flag: str = "-
 
 def pin_package_tree(matrix: Any, pin: str, series: Series, name: str, what: str):
     """The pin's release of package ``name`` besides sglang (``[pins.PIN.packages.NAME]``),
-    resolved (``sources.resolve_source``) and held to the wheel digest the pin records.
+    resolved (``sources.resolve_source``; a git revision: ``sources.git_tree`` in the pin's
+    ``repo``, else ``[packages.NAME] repo``) and held to the wheel digest the pin records.
     BadInput (``what`` names the stage) when the pin names none: a stage never carries the
     package without the series' patches to it."""
     from forgepatch.packages import get
@@ -113,13 +114,54 @@ def pin_package_tree(matrix: Any, pin: str, series: Series, name: str, what: str
                        f"{pin!r} names no version of it: add [pins.\"{pin}\".packages.{name}] "
                        f"pypi = \"VERSION\" to matrix.toml")
     info = get(name, matrix)
-    src = resolve_source(pkg_pin.source(info.dist, info.repo), matrix)
+    if pkg_pin.rev:  # a git revision of it: every file of the package there (sources.git_tree)
+        from forgepatch.sources import git_tree
+
+        src = git_tree(f"{pkg_pin.repo or info.repo or '.'}@{pkg_pin.rev}", info.package_dir, info,
+                       f"pins.{pin}.packages.{name}")
+    else:
+        src = resolve_source(pkg_pin.source(info.dist, info.repo), matrix)
     if src.package_name != name:
         raise BadInput(f"pins.{pin}.packages.{name}: its source {src.label} holds {src.package_name}, not {name}")
     if pkg_pin.sha256 and src.revision != pkg_pin.sha256:
         raise BadInput(f"pins.{pin}.packages.{name}: the wheel of {src.label} has sha256 "
                        f"{str(src.revision)[:12]}, the pin records {pkg_pin.sha256[:12]}")
     return src
+
+
+@dataclass(frozen=True)
+class PackageCheckout:
+    """Where the fork branch of a package besides sglang lives for a pin (``fork`` makes it,
+    ``release`` checks it): a local git checkout of the package (``[pins.PIN.packages.NAME]
+    repo``, else ``[packages.NAME] repo``) at the pin's git revision of it (``rev``)."""
+
+    name: str
+    checkout: Path
+    rev: str
+    package_dir: str  # where the package lives in the checkout
+
+
+def package_checkout(matrix: Any, series: Series, pin: str, name: str, prefix: str = "") -> PackageCheckout:
+    """Package ``name``'s checkout and revision for ``pin`` (see :class:`PackageCheckout`).
+    BadInput, one line starting with ``prefix``, naming the keys to set: the pin names no
+    version of the package, names it by a PyPI release (a branch is made on a git revision),
+    or its repository is not a local directory."""
+    from forgepatch.packages import get
+
+    info = get(name, matrix)
+    pp = matrix.pins[pin].packages.get(name) if pin in matrix.pins else None
+    patch = next((p.id for p in series.patches if p.package == name), "?")
+    if pp is None or not pp.rev:
+        named = "no version of it" if pp is None else f"it by its PyPI release {pp.pypi}"
+        raise BadInput(f"{prefix}the {series.arch.name} series patches {name} too (patch {patch}); its fork branch "
+                       f"is made in a git checkout of {name} at the pin's revision of it, and pin {pin!r} names "
+                       f"{named}: set [pins.\"{pin}\".packages.{name}] rev = \"COMMIT\" and repo = \"CHECKOUT\" "
+                       "in matrix.toml")
+    checkout = pp.repo or (info.repo if info is not None else None)
+    if not checkout or "://" in checkout or checkout.startswith("git@") or not Path(checkout).expanduser().is_dir():
+        raise BadInput(f"{prefix}{name}'s repository {checkout!r} is not a local git checkout "
+                       f"(set [pins.\"{pin}\".packages.{name}] repo, or [packages.{name}] repo, to one)")
+    return PackageCheckout(name, Path(checkout).expanduser(), pp.rev, info.package_dir)
 
 
 def packages_of(series: Series) -> list[str]:

@@ -1,7 +1,12 @@
 """Is (pin, arch) releasable now? The combination it would publish, or the precise reasons
 it may not: missing results, a failing profile (with its signature), stale results (the
 image was rebuilt since), results of another image or patchset, the patch files changed since
-the fork branch was made, a branch or image made from other code than the pin names."""
+the fork branch was made, a branch or image made from other code than the pin names.
+
+Every package the series patches has its fork branch judged: SGLang's in the fork repository
+(``--repo``), each other package's (FlashInfer) in its checkout (``patching.series.
+package_checkout``: where ``fork`` made it), each against the patchset of that package's part
+of the series and the pin's revision of that package."""
 
 from __future__ import annotations
 
@@ -9,7 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from forgepatch.combination import LABEL, Trailer, Upstream, branch_name, packages_problems, release_identity
+from forgepatch.combination import (
+    LABEL, PackageIdentity, Trailer, Upstream, branch_name, packages_problems, release_identity,
+)
 from forgepatch.combination.ledger import ProfileEvidence
 from forgepatch.combination.records import AuditSummary
 from forgepatch.combination.results import JobResult, Toolchain, imported_problems
@@ -24,11 +31,31 @@ class Reason:
     code: str  # no-required-profiles | no-branch | patchset-changed | branch-upstream | no-image |
     #           image-patchset | image-upstream | missing-results | failing-profile | stale-results |
     #           image-packages | other-image | results-incomplete | tag-taken | tag-missing
+    #           (no-branch, patchset-changed, branch-upstream of another package's branch name it)
     message: str
     profile: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"code": self.code, "message": self.message, **({"profile": self.profile} if self.profile else {})}
+
+
+@dataclass
+class PackageBranch:
+    """The fork branch of a package besides SGLang, as found right (name, checkout, head)."""
+
+    package: str
+    repo: str
+    branch: str
+    head: str
+    upstream: str | None
+    patchset: str
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def line(self) -> str:
+        return (f"{self.package} fork branch {self.branch} at {self.head} ({self.repo}), "
+                f"upstream {self.upstream or '(unknown)'}, patchset {self.patchset}")
 
 
 @dataclass
@@ -42,6 +69,7 @@ class Combination:
     image: ev.ImageFacts
     profiles: dict[str, ProfileEvidence]  # profile -> the passing job it rests on
     results: list[ev.ResultsFile]  # the files the passing jobs came from
+    packages: list[PackageBranch] = field(default_factory=list)  # the other packages' fork branches
 
     def identity(self) -> dict[str, Any]:
         return release_identity(self.pin, self.arch, self.commit, self.patchset, self.image.id, list(self.profiles))
@@ -93,18 +121,19 @@ def required_profiles(matrix, arch: str, pin: str) -> list[str]:
     return [prof for a, p, prof in matrix.combos() if (a, p) == (arch, pin) and matrix.profiles[prof].required]
 
 
-def current_patchset(matrix, patches_dir: Path, arch: str) -> str:
+def current_series(matrix, patches_dir: Path, arch: str):
+    """The arch's series as the patch files are now (``patching.series.load_series``)."""
     from forgepatch.patching.series import load_series
 
-    return load_series(matrix, arch, patches_dir).hash
+    return load_series(matrix, arch, patches_dir)
 
 
-def expected_packages(matrix, patches_dir: Path, arch: str, pin: str) -> dict:
-    """Every package besides sglang the arch's series patches, as the pin's image must carry
-    it (``patching.series.expected_packages``)."""
-    from forgepatch.patching.series import expected_packages as expected, load_series
+def expected_packages(matrix, series, pin: str) -> dict:
+    """Every package besides sglang the arch's series patches, as the pin's image and fork
+    branches must carry it (``patching.series.expected_packages``)."""
+    from forgepatch.patching.series import expected_packages as expected
 
-    return expected(matrix, load_series(matrix, arch, patches_dir), pin)
+    return expected(matrix, series, pin)
 
 
 def pin_identity(inp: Inputs, pin: str) -> Upstream:
@@ -124,7 +153,11 @@ def evaluate(inp: Inputs, arch: str, pin: str) -> Evaluation:
         out.reasons.append(Reason("no-required-profiles", f"no required smoke profile is configured for {arch} on {pin}"))
         return out
 
-    patchset = current_patchset(matrix, inp.patches_dir, arch)
+    from forgepatch.patching.series import for_package
+
+    series = current_series(matrix, inp.patches_dir, arch)
+    patchset = series.hash
+    others = expected_packages(matrix, series, pin)  # each other package: the pin's release, its part's patchset
     want = pin_identity(inp, pin)
     name = branch_name(arch, pin)
     br = ev.branch(inp.repo, name)
@@ -133,7 +166,12 @@ def evaluate(inp: Inputs, arch: str, pin: str) -> Evaluation:
                                   f"(fetch it: `{ev.fetch_hint(name)}`; or make it: "
                                   f"`forgepatch fork --arch {arch} --pin {pin} --repo {inp.repo.root} --rev REV`)"))
     else:
-        out.reasons += _judge_branch(inp, br, arch, pin, patchset, want)
+        out.reasons += _judge_branch(inp, br, arch, pin, for_package(series, "sglang", matrix), want, bool(others))
+    branches = []
+    for package, ident in others.items():
+        reasons, found = _judge_package_branch(inp, series, arch, pin, package, ident)
+        out.reasons += reasons
+        branches += [found] if found is not None else []
 
     ran_on = max(((ev.parse_time(j.finished_at) or EPOCH, j.image_digest)
                   for _, j in jobs if j.image_digest), default=(None, None))[1]
@@ -142,7 +180,7 @@ def evaluate(inp: Inputs, arch: str, pin: str) -> Evaluation:
         out.reasons.append(Reason("no-image", f"no image labelled {arch}/{pin} in the Docker engine (run `forgepatch build --arch {arch} --pin {pin}`)"))
     else:
         out.reasons += _judge_image(image, br, name, pin, patchset, want)
-        out.reasons += _judge_packages(image, pin, expected_packages(matrix, inp.patches_dir, arch, pin))
+        out.reasons += _judge_packages(image, pin, others)
 
     profiles: dict[str, ProfileEvidence] = {}
     used: dict[str, ev.ResultsFile] = {}
@@ -162,23 +200,74 @@ def evaluate(inp: Inputs, arch: str, pin: str) -> Evaluation:
             used[record.results] = next(f for f, _ in mine if f.sha256 == record.results)
     if not out.reasons and br is not None and image is not None:
         out.combination = Combination(pin, arch, name, br.head, br.trailers.get(Trailer.UPSTREAM), patchset, image,
-                                      profiles, list(used.values()))
+                                      profiles, list(used.values()), branches)
     return out
 
 
-def _judge_branch(inp: Inputs, br: ev.BranchFacts, arch: str, pin: str, patchset: str, want: Upstream) -> list[Reason]:
-    name, out = br.name, []
+def _judge_branch(inp: Inputs, br: ev.BranchFacts, arch: str, pin: str, part, want: Upstream,
+                  several: bool = False) -> list[Reason]:
+    """SGLang's fork branch: made with the sglang part of the series (``part``: the whole
+    series when it patches SGLang alone; ``several``: it patches other packages too), from
+    the pin's code."""
+    name, out, patchset = br.name, [], part.hash
+    files = "the sglang patch files" if several else "the patch files"
     made_with = br.trailers.get(Trailer.PATCHSET)
-    if made_with is None and inp.matrix.arches[arch].patches:
+    if made_with is None and part.patches:
         out.append(Reason("patchset-changed", f"branch {name} head {br.head[:12]} has no {Trailer.PATCHSET} trailer (not made by `forgepatch fork`); re-run fork"))
     elif made_with is not None and made_with != patchset:
-        out.append(Reason("patchset-changed", f"patchset changed since branch {name} was made: it was made with patchset {made_with}, the patch files now hash to {patchset} (re-run `forgepatch fork`)"))
+        out.append(Reason("patchset-changed", f"patchset changed since branch {name} was made: it was made with patchset {made_with}, {files} now hash to {patchset} (re-run `forgepatch fork`)"))
     elif br.trailers.get(Trailer.ARCH, arch) != arch:
         out.append(Reason("patchset-changed", f"branch {name} carries patches for {br.trailers[Trailer.ARCH]}, not {arch}"))
     found = ev.branch_upstream(inp.repo, br, inp.matrix.upstream.package_dir)
     if found is not None and found.mismatch(want):
         out.append(Reason("branch-upstream", f"branch {name} was made from {found.describe()}, but pin {pin} is {want.describe()} (re-run `forgepatch fork --pin {pin}` with the pin's revision)"))
     return out
+
+
+def _judge_package_branch(inp: Inputs, series, arch: str, pin: str, package: str,
+                          want: PackageIdentity) -> tuple[list[Reason], PackageBranch | None]:
+    """A package besides SGLang: its fork branch (the same name) in its checkout, where
+    ``fork`` made it (``patching.series.package_checkout``), made with the patchset of that
+    package's part of the series (``want.patchset``) from the pin's revision of it. The reasons
+    name the package and the checkout; the branch when it is right."""
+    from forgepatch.patching.series import package_checkout
+
+    name = branch_name(arch, pin)
+    try:
+        where = package_checkout(inp.matrix, series, pin, package)
+        repo = ev.open_repo(where.checkout, f"pins.{pin}.packages.{package}.repo")
+    except BadInput as exc:
+        return [Reason("no-branch", f"{package}: its fork branch {name} cannot be checked: {exc}")], None
+    with repo:
+        br = ev.branch(repo, name)
+        if br is None:
+            return [Reason("no-branch", f"{package}: no fork branch {name} in {repo.root}, local or remote-tracking "
+                           f"(fetch it there: `{ev.fetch_hint(name)}`; or make it: `forgepatch fork --arch {arch} "
+                           f"--pin {pin} --repo SGLANG_CHECKOUT` makes the branch of every package)")], None
+        out = []
+        made_with = br.trailers.get(Trailer.PATCHSET)
+        if made_with is None:
+            out.append(Reason("patchset-changed", f"{package}: branch {name} in {repo.root} head {br.head[:12]} has no "
+                              f"{Trailer.PATCHSET} trailer (not made by `forgepatch fork`); re-run fork"))
+        elif made_with != want.patchset:
+            out.append(Reason("patchset-changed", f"{package}: patchset changed since branch {name} in {repo.root} was "
+                              f"made: it was made with patchset {made_with}, the {package} patch files now hash to "
+                              f"{want.patchset} (re-run `forgepatch fork --arch {arch} --pin {pin}`)"))
+        elif br.trailers.get(Trailer.ARCH, arch) != arch:
+            out.append(Reason("patchset-changed", f"{package}: branch {name} in {repo.root} carries patches for "
+                              f"{br.trailers[Trailer.ARCH]}, not {arch}"))
+        pinned = repo.ref(where.rev)
+        found = ev.branch_upstream(repo, br, where.package_dir)
+        if pinned is None:
+            out.append(Reason("branch-upstream", f"{package}: pin {pin}'s revision {where.rev} of it is not in "
+                              f"{repo.root} (fetch it there)"))
+        elif found is not None and found.revision != pinned:
+            out.append(Reason("branch-upstream", f"{package}: branch {name} in {repo.root} was made from "
+                              f"{found.describe()}, but pin {pin} names {package} at git {pinned[:12]} (re-run "
+                              f"`forgepatch fork --arch {arch} --pin {pin}`)"))
+        if out:
+            return out, None
+        return [], PackageBranch(package, str(repo.root), name, br.head, br.trailers.get(Trailer.UPSTREAM), made_with)
 
 
 def _judge_image(image: ev.ImageFacts, br: ev.BranchFacts | None, name: str, pin: str, patchset: str,

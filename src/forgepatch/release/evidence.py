@@ -49,9 +49,10 @@ def load_results(paths: list[Path]) -> list[ResultsFile]:
 
 
 # -- git -----------------------------------------------------------------------------------------
-def open_repo(path: Path) -> GitRepo:
-    """The fork's repository (``--repo``); BadInput when it is not one."""
-    return GitRepo(Path(path))
+def open_repo(path: Path, flag: str = "--repo") -> GitRepo:
+    """The fork's repository (``--repo``), or a package's checkout (``flag`` names its matrix
+    key); BadInput when it is not one."""
+    return GitRepo(Path(path), flag)
 
 
 @dataclass

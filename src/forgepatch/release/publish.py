@@ -55,6 +55,7 @@ class Outcome:
             "reasons": [r.to_json() for r in self.reasons],
             "combination": None if comb is None else {
                 **comb.identity(), "branch": comb.branch, "upstream": comb.upstream, "image": comb.image.to_json(),
+                "packages": [b.to_json() for b in comb.packages],
                 "profiles": {p: r.doc() for p, r in comb.profiles.items()},
                 "results": [{"path": str(f.path), "sha256": f.sha256} for f in comb.results]},
             "registry": None if self.promotion is None else {"digest": self.promotion.digest_ref, "tags": self.promotion.refs()},
@@ -92,6 +93,7 @@ def tag_message(comb: Combination, tag: str, ledger: dict[str, str] | None = Non
     lines = [f"forgepatch release {comb.pin} {comb.arch}: {len(comb.profiles)} required smoke profile(s) passed", "",
              f"fork branch {comb.branch} at {comb.commit}",
              f"upstream {comb.upstream or '(unknown)'}, patchset {comb.patchset}",
+             *(b.line() for b in comb.packages),
              f"image {img.id} ({img.ref or 'untagged'}), built {ev.iso(img.created)}"
              + (f", digest {img.digest_ref}" if img.digest_ref else ""),
              f"image upstream {up.describe() if up else '(not recorded)'}, engine {img.labels.get(LABEL['engine']) or '(not recorded)'}",
