@@ -26,6 +26,8 @@ from forgepatch.errors import BadInput
 
 MARKER = ".forgepatch-out"
 PACKAGE = "sglang"
+# a run's copy of DIR/sglang, staged beside it (``writer.write_out``) until it is swapped in
+STAGING_PREFIX, STAGING_SUFFIX = ".sglang.", ".forgepatch"
 
 
 @dataclass
@@ -67,7 +69,6 @@ def _ours_in_flight(name: str) -> bool:
     """A run's lock/state directory or staging copy (``writer``): not the user's content; a
     run holding ``DIR``'s lock finishes or undoes them before it checks again."""
     from forgepatch.infra.journal import STATE_DIR
-    from forgepatch.patching.writer import STAGING_PREFIX, STAGING_SUFFIX
 
     return name == STATE_DIR or (name.startswith(STAGING_PREFIX) and name.endswith(STAGING_SUFFIX))
 

@@ -41,9 +41,6 @@ def write_in_place(package: Path, changed: dict[str, bytes], meta: dict | None =
     commit(package, changed, "apply --in-place")
 
 
-STAGING_PREFIX, STAGING_SUFFIX = ".sglang.", ".forgepatch"
-
-
 def write_out(package: Path, changed: dict[str, bytes], out_dir: Path, fill=None, marker=None, check=None,
               name: str = "sglang") -> Path:
     """Write a patched copy as ``out_dir/sglang``, built beside it and renamed into place;
@@ -57,10 +54,11 @@ def write_out(package: Path, changed: dict[str, bytes], out_dir: Path, fill=None
     swapped in: its record follows) or undoes it (it was not: the old copy stays).
     ``check()`` runs under the lock, after that recovery (``outdir.check``: a concurrent run
     into the same new DIR waits for this one instead of seeing its staging). The swap holds
-    off Ctrl-C (``journal.uninterrupted``); an interrupt before it removes only the staged
+    off Ctrl-C (``atomic.uninterrupted``); an interrupt before it removes only the staged
     copy, record first (what is left reads as "not swapped in": rolled back)."""
-    from forgepatch.infra.journal import notify, open_tree, uninterrupted
-    from forgepatch.patching.outdir import MARKER
+    from forgepatch.infra.atomic import uninterrupted
+    from forgepatch.infra.journal import notify, open_tree
+    from forgepatch.patching.outdir import MARKER, STAGING_PREFIX, STAGING_SUFFIX
 
     out_dir = Path(out_dir)
     src = package.resolve()
@@ -124,7 +122,7 @@ def recover_out(out_dir: Path, check=None, name: str = "sglang") -> None:
     at what is there), then ``check()`` it, under its lock: a run writing there meanwhile is
     waited for, never seen half-swapped."""
     from forgepatch.infra.journal import notify, open_tree
-    from forgepatch.patching.outdir import MARKER
+    from forgepatch.patching.outdir import MARKER, STAGING_PREFIX, STAGING_SUFFIX
 
     dest = Path(out_dir)
     if not dest.is_dir():  # a new DIR (or not a directory: check says so)

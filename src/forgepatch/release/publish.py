@@ -28,7 +28,8 @@ from forgepatch.infra.gitrepo import format_trailers
 from forgepatch.errors import BadInput, Failure
 from forgepatch.infra.gitrepo import TagFacts
 from forgepatch.infra.refs import repository
-from forgepatch.infra.journal import notify, uninterrupted
+from forgepatch.infra.atomic import uninterrupted
+from forgepatch.infra.journal import notify
 from forgepatch.release import evidence as ev
 from forgepatch.release import pending
 from forgepatch.release.check import Combination, Evaluation, Inputs, Reason, evaluate, pairs
