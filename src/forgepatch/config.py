@@ -24,6 +24,9 @@ from forgepatch import srcspec
 from forgepatch.arch import ARCHES
 from forgepatch.combination import DEFAULT_SMOKE_IMAGE, RELEASE_TAG_TEMPLATE
 from forgepatch.errors import BadInput, located
+from forgepatch.infra.journal import recover_tree
+from forgepatch.packages import KNOWN
+from forgepatch.paths import SHIPPED_MATRIX, check_path, find_config
 
 
 class _Strict(BaseModel):
@@ -285,7 +288,6 @@ class Matrix(_Strict):
                     raise _RefError((kind, name), str(exc).removeprefix("name: ")) from None
         if self.default_pin not in self.pins:
             raise _RefError(("default_pin",), f"unknown pin {self.default_pin!r}")
-        from forgepatch.packages import KNOWN
 
         for name in self.packages:
             try:
@@ -553,8 +555,6 @@ class PatchCatalog(Protocol):
 
 def load_matrix(path: Path, patches: PatchCatalog | None = None) -> Matrix:
     """Parse and validate; with ``patches``, also check that every named patch exists."""
-    from forgepatch.paths import check_path
-
     check_path(path, "--config", "file")  # a FIFO or device is never read (it could block)
     text, data = read_toml(path, "config")
     try:
@@ -592,9 +592,6 @@ def default_config(explicit: Path | None = None) -> Path:
     """``--config`` if given, else the matrix.toml ``paths.find_config`` finds (this directory
     or the nearest parent, up to the repository root), else the shipped one. An interrupted
     ``init``/``pin add`` in that directory is finished (or undone) first (``journal``)."""
-    from forgepatch.infra.journal import recover_tree
-    from forgepatch.paths import SHIPPED_MATRIX, find_config
-
     chosen = explicit if explicit is not None else (find_config() or Path("matrix.toml"))
     recover_tree(chosen.parent)
     if explicit is not None:

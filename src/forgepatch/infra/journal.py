@@ -43,6 +43,7 @@ from typing import Callable, Iterator
 from forgepatch import envsettings
 from forgepatch.infra.atomic import uninterrupted, write_atomic
 from forgepatch.errors import BadInput, Failure
+from forgepatch.paths import cache_dir
 
 STATE_DIR = ".forgepatch"
 LOCK = "lock"
@@ -219,8 +220,6 @@ class TreeLock:
 def lock_file_for(path: Path) -> Path:
     """Where the lock of a shared file lives: the user cache dir, keyed by the file's
     resolved path (never beside the file: a ledger directory is committed to git)."""
-    from forgepatch.paths import cache_dir
-
     key = sha256(str(Path(path).resolve()).encode())[:32]
     return cache_dir("locks") / f"{key}.lock"
 
