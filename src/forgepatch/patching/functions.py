@@ -10,6 +10,7 @@ from functools import lru_cache
 import libcst as cst
 
 from forgepatch.errors import BadInput
+from forgepatch.patching import parselimits
 
 _BLOCK_FIELDS = ("body", "orelse", "finalbody", "handlers")
 _CONTAINERS = (cst.Module, cst.BaseCompoundStatement, cst.BaseSuite, cst.ExceptHandler, cst.Else, cst.Finally)
@@ -25,8 +26,6 @@ def _blocks(stmt: cst.CSTNode):
 
 
 def parse(text: str, where: str) -> cst.Module:
-    from forgepatch.patching import parselimits
-
     parselimits.check(text, where)  # before the native parser: a segfault or minutes otherwise
     try:
         return cst.parse_module(text)

@@ -17,10 +17,13 @@ from typing import Any
 
 from forgepatch.arch import ARCHES
 from forgepatch.errors import BadInput, located
-from forgepatch.patching import filepatch
+from forgepatch.patching import filepatch, guard
+from forgepatch.patching.codemods import declarative_codemod
+from forgepatch.patching.library import as_library
 from forgepatch.patching.patchkeys import (
     no_unknown_keys, one_bool, one_str, opt_str, package_of, shown, str_list, table_list, version_spec,
 )
+from forgepatch.paths import check_path
 
 
 @dataclass(frozen=True)
@@ -306,13 +309,11 @@ def _key_loc(exc: ValueError) -> tuple[str, ...]:
 
 def _toml_patch(path: Path, raw: bytes) -> Patch:
     from forgepatch.config import decode_utf8, key_line, parse_toml
-    from forgepatch.patching.codemods import declarative_codemod
 
     text = decode_utf8(path, raw)
     data = parse_toml(path, text)
     try:
         name = data.get("codemod", "arch-gate")
-        from forgepatch.patching import filepatch
 
         if name in filepatch.KINDS:
             return build_file_patch(data, name, path, raw)
@@ -382,8 +383,6 @@ def _py_source(path: Path, raw: bytes) -> str:
 def _py_patch(path: Path, raw: bytes) -> Patch:
     import ast
 
-    from forgepatch.patching import guard
-
     source = _py_source(path, raw)
     module = guard.import_patch(path)
     data, codemod = getattr(module, "PATCH", None), getattr(module, "Codemod", None)
@@ -409,8 +408,6 @@ def _py_patch(path: Path, raw: bytes) -> Patch:
 
 
 def load_patch(path: Path) -> Patch:
-    from forgepatch.paths import check_path
-
     check_path(path, "patch", "file")
     try:
         raw = path.read_bytes()
@@ -424,15 +421,11 @@ def load_patch(path: Path) -> Patch:
 def patch_files(patches) -> dict[str, Path]:
     """id -> file of every patch of ``patches`` (a ``PatchLibrary``: shipped + user, user ones
     overriding by id; or a directory: exactly its patches)."""
-    from forgepatch.patching.library import as_library
-
     return as_library(patches).paths()
 
 
 def load_patches(patches, ids: list[str]) -> list[Patch]:
     """Load the named patches, in series order (``patches``: a library or a directory)."""
-    from forgepatch.patching.library import as_library
-
     library = as_library(patches)
     out = []
     for pid in ids:

@@ -13,9 +13,12 @@ from pathlib import Path
 from typing import Any, MutableMapping
 
 from forgepatch.arch import Arch, get_arch
-from forgepatch.errors import BadInput
-from forgepatch.patching.model import ApplyResult, Tree
+from forgepatch.combination import PackageIdentity, Upstream
+from forgepatch.errors import BadInput, located
+from forgepatch.packages import get, names
+from forgepatch.patching.model import ApplyResult, Status, Tree
 from forgepatch.patching.patchset import Patch, load_patches, patchset_hash
+from forgepatch.sources import resolve_source
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,6 @@ def only_patches(series: Series, ids: list[str] | None, flag: str = "--patch") -
 
 def _undeclared(matrix: Any, arch: str, patch: Patch) -> str:
     from forgepatch.config import key_line
-    from forgepatch.errors import located
 
     path = getattr(matrix, "path", None)
     line = None
@@ -80,9 +82,6 @@ def for_package(series: Series, package: str, matrix: Any = None, flag: str = "-
 
     A patch for a package the run does not know is a config error naming the patch file;
     a package the series has no patch for is refused (nothing to patch: a wrong --source)."""
-    from forgepatch.errors import located
-    from forgepatch.packages import names
-
     known = names(matrix)
     for patch in series.patches:
         if patch.package not in known:
@@ -102,9 +101,6 @@ def pin_package_tree(matrix: Any, pin: str, series: Series, name: str, what: str
     resolved (``sources.resolve_source``) and held to the wheel digest the pin records.
     BadInput (``what`` names the stage) when the pin names none: a stage never carries the
     package without the series' patches to it."""
-    from forgepatch.packages import get
-    from forgepatch.sources import resolve_source
-
     pin_cfg = matrix.pins.get(pin)
     pkg_pin = pin_cfg.packages.get(name) if pin_cfg is not None else None
     patch = next((p.id for p in series.patches if p.package == name), "?")
@@ -138,8 +134,6 @@ def expected_packages(matrix: Any, series: Series, pin: str) -> dict[str, Any]:
     version, wheel sha256 or revision as recorded, and the patchset of that package's part).
     A package the pin names no version of has the upstream kind ``none`` (nothing matches it).
     SGLang is left out: its upstream is the pin's own (checked as ``forgepatch.upstream``)."""
-    from forgepatch.combination import PackageIdentity, Upstream
-
     pinned = matrix.pins[pin].packages if pin in matrix.pins else {}
     out = {}
     for name, patchset in package_patchsets(series).items():
@@ -169,7 +163,6 @@ def run_series(series: Series, tree: Tree, version: str | None, *,
     edits, and the same per-arch evaluation, as ``apply``."""
     from forgepatch.patching import editlock, verify
     from forgepatch.patching.engine import run_patches
-    from forgepatch.patching.model import Status
 
     patches = list(series.patches)
     result = run_patches(tree, patches, series.arch, version, cache=cache, pristine=pristine)

@@ -22,7 +22,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from forgepatch.patching.filesite import close_paths, site_result
 from forgepatch.patching.model import Location, SiteResult, Status
+from forgepatch.patching.patchkeys import one_str, shown, str_list
 
 SUFFIXES = (".cu", ".cuh", ".h", ".hh", ".hpp", ".cuh", ".c", ".cc", ".cpp", ".inc", ".json", ".toml",
             ".sh", ".bash", ".txt", ".cfg", ".ini", ".yaml", ".yml", ".cmake")
@@ -55,8 +57,6 @@ class TextPatch:
 
     @staticmethod
     def parse_site(table: dict[str, Any], where: str, path) -> TextSite:
-        from forgepatch.patching.patchkeys import one_str, shown, str_list
-
         if "file" not in table or "new" not in table:
             raise ValueError(f"{where}: needs 'file' and 'new' (and an anchor)")
         rel = _rel_path(one_str(table["file"], f"{where}.file", empty=False), f"{where}.file")
@@ -93,8 +93,6 @@ class TextPatch:
 
     @staticmethod
     def run_site(run, name: str, spec: TextSite) -> SiteResult:
-        from forgepatch.patching.filesite import close_paths, site_result
-
         text = run.read(spec.file)
         if text is None:
             return SiteResult(name, Status.DRIFT, detail=f"{spec.file}: no such file in the package",

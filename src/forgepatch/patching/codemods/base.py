@@ -18,6 +18,7 @@ from typing import Any, Callable
 import libcst as cst
 
 from forgepatch.arch import Arch
+from forgepatch.patching.markers import names_any
 from forgepatch.patching.model import Status
 
 
@@ -128,8 +129,6 @@ class _Tokens(cst.CSTVisitor):
 
 def node_names_any(nodes, markers) -> bool:
     """Do the code tokens under ``nodes`` name one of ``markers``? (see ``patching.markers``)"""
-    from forgepatch.patching.markers import names_any
-
     visitor = _Tokens()
     for node in nodes:
         node.visit(visitor)

@@ -19,7 +19,9 @@ import fnmatch
 from dataclasses import dataclass
 from typing import Any
 
+from forgepatch.patching.filesite import site_result
 from forgepatch.patching.model import Location, SiteResult, Status
+from forgepatch.patching.patchkeys import one_str, shown, str_list
 
 KEYWORD = "supported_major_versions"
 
@@ -48,8 +50,6 @@ class MajorList:
 
     @staticmethod
     def parse_site(table: dict[str, Any], where: str, path) -> ListSite:
-        from forgepatch.patching.patchkeys import one_str, shown, str_list
-
         if "functions" not in table or "modules" not in table:
             raise ValueError(f"{where}: needs 'functions' (the JIT module builder holding the list) and 'modules'")
         keyword = one_str(table.get("keyword", KEYWORD), f"{where}.keyword", empty=False)
@@ -94,8 +94,6 @@ class MajorList:
             if not problem:
                 run.write(rel, new_text)
         if locations:
-            from forgepatch.patching.filesite import site_result
-
             return site_result(name, locations)
         where = ", ".join(spec.modules)
         detail = (f"{', '.join(found_fn)} holds no `{spec.keyword}=[...]`" if found_fn
