@@ -25,9 +25,10 @@ from typing import Any, BinaryIO, Callable, Iterable
 from forgepatch.arch import Arch, compatibility, target_runs_on
 from forgepatch.errors import BadInput
 from forgepatch.images.fatbin import Entry, FatbinError, is_elf, read_fatbins, target_sort_key
-from forgepatch.images.image_files import is_shared_object_name
+from forgepatch.images.image_files import ImageFiles, is_shared_object_name
 from forgepatch.images.jit_audit import Collector, JitAudit, audit_package, judge as judge_jit
 from forgepatch.gates.jitlists import REJECTS, UNVERIFIED
+from forgepatch.infra import dockerapi
 from forgepatch.packages import KNOWN
 
 JIT_PACKAGE = KNOWN["flashinfer"]  # the package whose JIT arch lists the audit reads
@@ -249,9 +250,6 @@ def shared_objects(root: Path):
 
 def audit_image(image: str, arch: Arch, strict: bool = False, progress: Progress | None = None, api=None) -> AuditReport:
     """Audit the shared objects of ``image``'s Python environments (nothing runs inside)."""
-    from forgepatch.infra import dockerapi
-    from forgepatch.images.image_files import ImageFiles
-
     api = api or dockerapi.api()
     started = time.perf_counter()
     stats = _new_stats()
