@@ -9,12 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from forgepatch.combination import pin_identity as resolved
 from forgepatch.combination import LABEL, Trailer, Upstream, branch_name, packages_problems, release_identity
 from forgepatch.combination.ledger import ProfileEvidence
 from forgepatch.combination.records import AuditSummary
 from forgepatch.combination.results import JobResult, Toolchain, imported_problems
 from forgepatch.errors import BadInput
 from forgepatch.infra.refs import same_digest
+from forgepatch.patching.series import expected_packages as expected, load_series
 from forgepatch.release import evidence as ev
 from forgepatch.utctime import EPOCH
 
@@ -94,23 +96,17 @@ def required_profiles(matrix, arch: str, pin: str) -> list[str]:
 
 
 def current_patchset(matrix, patches_dir: Path, arch: str) -> str:
-    from forgepatch.patching.series import load_series
-
     return load_series(matrix, arch, patches_dir).hash
 
 
 def expected_packages(matrix, patches_dir: Path, arch: str, pin: str) -> dict:
     """Every package besides sglang the arch's series patches, as the pin's image must carry
     it (``patching.series.expected_packages``)."""
-    from forgepatch.patching.series import expected_packages as expected, load_series
-
     return expected(matrix, load_series(matrix, arch, patches_dir), pin)
 
 
 def pin_identity(inp: Inputs, pin: str) -> Upstream:
     """The pin's recorded identity; a git pin's rev resolved in the fork repo when it is there."""
-    from forgepatch.combination import pin_identity as resolved
-
     return resolved(inp.matrix.pins[pin], inp.repo)
 
 

@@ -21,14 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from forgepatch.errors import BadInput, Failure, ForgepatchError
+from forgepatch.infra.atomic import stale_temps, write_atomic
+from forgepatch.infra.journal import notify, sha256
+from forgepatch.paths import cache_dir
 
 FORMAT = "forgepatch-pending-tags/1"
 
 
 def _path(ledger) -> Path:
-    from forgepatch.infra.journal import sha256
-    from forgepatch.paths import cache_dir
-
     return cache_dir("pending-tags") / f"{sha256(str(Path(ledger.path).resolve()).encode())[:32]}.json"
 
 
@@ -47,8 +47,6 @@ def _read(ledger) -> dict[str, Any]:
 
 
 def _write(ledger, doc: dict[str, Any]) -> None:
-    from forgepatch.infra.atomic import write_atomic
-
     path = _path(ledger)
     if doc["releases"]:
         write_atomic(path, json.dumps(doc, indent=1) + "\n", durable=True)
@@ -92,9 +90,6 @@ def recover(ledger) -> list[str]:
     """Finish (entry in the ledger) or drop (no entry) every release's pending registry tags.
     Returns the tags whose record was dropped: the caller says what became of each (its git
     tag may be there, and the same run record the release after all: ``rolled_back``)."""
-    from forgepatch.infra.atomic import stale_temps
-    from forgepatch.infra.journal import notify
-
     path = _path(ledger)
     if not path.is_file() and not stale_temps(path.parent, path.name):
         return []
