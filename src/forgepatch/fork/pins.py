@@ -22,6 +22,7 @@ from forgepatch.infra import registry
 from forgepatch.infra.gitrepo import GitRepo
 from forgepatch.infra.journal import STATE_DIR, commit, open_tree, recover_tree
 from forgepatch.infra.refs import parse
+from forgepatch.infra.tomlfile import key_line
 from forgepatch.paths import SHIPPED_MATRIX, find_config
 from forgepatch.sources import pypi_wheel as cached_wheel, wheel_sha256 as digest
 from forgepatch.srcspec import NAME_RULE  # noqa: F401 - the rule lives with its check (srcspec)
@@ -269,7 +270,7 @@ def pin_base(config: Path, arch: str, image: str | None = None) -> BasePin:
     kept; validated, then written atomically). A base given by digest is left as it is."""
     import tomlkit
 
-    from forgepatch.config import load_matrix, key_line
+    from forgepatch.config import load_matrix
 
     matrix = load_matrix(config)
     cfg = matrix.arch(arch)

@@ -29,9 +29,10 @@ import libcst as cst
 from forgepatch.arch import ARCHES
 from forgepatch.patching.bindings import FUNCTION, IMPORT, binding, resolved
 from forgepatch.patching.codemods.arch_gate import (
-    FALLBACK_HELPER, ArchGateCodemod, import_module, imported_names, local_helper, module_binds, top_imports,
+    ArchGateCodemod, import_module, imported_names, local_helper, module_binds, top_imports,
 )
 from forgepatch.patching.codemods.base import insert_definition
+from forgepatch.patching.model import FALLBACK_HELPER
 from forgepatch.patching.resolve import absolute_module, find_definition
 
 UTILS = "sglang.srt.utils"

@@ -17,6 +17,7 @@ from typing import Any
 
 from forgepatch.arch import ARCHES
 from forgepatch.errors import BadInput, located
+from forgepatch.infra.tomlfile import decode_utf8, key_line, parse_toml
 from forgepatch.patching import filepatch, guard
 from forgepatch.patching.codemods import declarative_codemod
 from forgepatch.patching.library import as_library
@@ -308,8 +309,6 @@ def _key_loc(exc: ValueError) -> tuple[str, ...]:
 
 
 def _toml_patch(path: Path, raw: bytes) -> Patch:
-    from forgepatch.config import decode_utf8, key_line, parse_toml
-
     text = decode_utf8(path, raw)
     data = parse_toml(path, text)
     try:
@@ -364,8 +363,6 @@ def _py_source(path: Path, raw: bytes) -> str:
     ``file:line: not UTF-8`` (or the declared one) before anything runs."""
     import io
     import tokenize
-
-    from forgepatch.config import decode_utf8
 
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)

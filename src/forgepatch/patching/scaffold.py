@@ -27,6 +27,7 @@ from forgepatch.errors import BadInput
 from forgepatch.infra import journal
 from forgepatch.patching.astview import SIBLINGS
 from forgepatch.patching.bindings import resolved
+from forgepatch.patching.model import FALLBACK_HELPER
 from forgepatch.patching.patchset import load_patch
 from forgepatch.patching.resolve import absolute_module, find_definition, module_to_paths
 from forgepatch.patching.trees import DirTree, MemoryTree
@@ -316,7 +317,6 @@ def _run_example(draft: str, path: Path, arch: str, rel: str, before: str, conte
     """Run the drafted patch on its example tree: (the file after, whether it fell back)."""
     import tempfile
 
-    from forgepatch.patching.codemods.arch_gate import FALLBACK_HELPER
     from forgepatch.patching.engine import run_patches
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -15,7 +15,9 @@ from typing import Any, MutableMapping
 from forgepatch.arch import Arch, get_arch
 from forgepatch.combination import PackageIdentity, Upstream
 from forgepatch.errors import BadInput, located
+from forgepatch.infra.tomlfile import key_line
 from forgepatch.packages import get, names
+from forgepatch.patching import editlock
 from forgepatch.patching.model import ApplyResult, Status, Tree
 from forgepatch.patching.patchset import Patch, load_patches, patchset_hash
 from forgepatch.sources import resolve_source
@@ -62,8 +64,6 @@ def only_patches(series: Series, ids: list[str] | None, flag: str = "--patch") -
 
 
 def _undeclared(matrix: Any, arch: str, patch: Patch) -> str:
-    from forgepatch.config import key_line
-
     path = getattr(matrix, "path", None)
     line = None
     if path is not None:
@@ -161,7 +161,7 @@ def run_series(series: Series, tree: Tree, version: str | None, *,
     ``review`` and ``result.drift`` true. A status-only scan runs once more with texts
     whenever it would say applied, already applied or absorbed, so a scan judges the same
     edits, and the same per-arch evaluation, as ``apply``."""
-    from forgepatch.patching import editlock, verify
+    from forgepatch.patching import verify
     from forgepatch.patching.engine import run_patches
 
     patches = list(series.patches)

@@ -13,7 +13,7 @@ from forgepatch.infra.journal import open_tree
 from forgepatch.packages import get
 from forgepatch.patching import editlock, outdir, undo
 from forgepatch.patching.fulltree import PackageTree
-from forgepatch.patching.model import SELF_CHECK_SITE, ApplyResult, Status
+from forgepatch.patching.model import FALLBACK_HELPER, SELF_CHECK_SITE, ApplyResult, Status
 from forgepatch.patching.series import for_package, load_series, only_patches, packages_of, run_series
 from forgepatch.patching.trees import MemoryTree
 from forgepatch.patching.writer import recover_out, unified_diff, write_in_place, write_out
@@ -424,8 +424,6 @@ def _toml_value(doc, index: int):
 
 
 def _example_error(ex, res, got: str) -> str | None:
-    from forgepatch.patching.codemods.arch_gate import FALLBACK_HELPER
-
     others = sorted(set(res.changed) - {ex.path})
     if others:
         return (f"the patch changed {', '.join(others)}, a `context` file, not only {ex.path} (the example's "
