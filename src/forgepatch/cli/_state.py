@@ -25,7 +25,7 @@ class State:
         """The matrix.toml in use: ``--config``, else the nearest one (``paths.find_config``;
         an interrupted init/pin add there is finished first:
         this directory or a parent, up to the repository root), else the shipped one."""
-        from forgepatch.config import default_config
+        from forgepatch.config import default_config  # heavy: pydantic, off --help's path
 
         return default_config(self.config_path)
 
@@ -43,7 +43,7 @@ class State:
         """THE matrix loader of every command: ``--config``, else the nearest matrix.toml,
         else the shipped one, validated; ``check_patches`` also checks the patch names against
         the patch dir (commands that read no patches skip it)."""
-        from forgepatch.config import load_matrix
+        from forgepatch.config import load_matrix  # heavy: pydantic, off --help's path
 
         path = self.config()
         library = self.patches() if check_patches else None

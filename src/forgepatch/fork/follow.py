@@ -102,7 +102,7 @@ def _where(patch) -> str:
 def follow(config: Path, library, version: str | None = None) -> FollowReport:
     """Add the newest release (or ``version``) as a pin of ``config`` unless one names it,
     and check every arch's series on it."""
-    from forgepatch.config import load_matrix
+    from forgepatch.config import load_matrix  # heavy: pydantic (the matrix schema)
 
     newest = version or newest_release()
     matrix = load_matrix(config, library)

@@ -90,7 +90,7 @@ def update_pin(config: Path, name: str) -> PinRow:
     (default: the current directory), with the version found there."""
     import tomlkit
 
-    from forgepatch.config import load_matrix
+    from forgepatch.config import load_matrix  # heavy: pydantic (the matrix schema)
 
     matrix = load_matrix(config)
     if name not in matrix.pins:
@@ -127,7 +127,7 @@ def add_pin(
     """Resolve and append ``[pins.NAME]`` to ``config``; BadInput if NAME exists."""
     import tomlkit
 
-    from forgepatch.config import load_matrix
+    from forgepatch.config import load_matrix  # heavy: pydantic (the matrix schema)
 
     if (rev is None) == (pypi is None):
         raise BadInput("pin add: give exactly one of --rev REV or --pypi VERSION")
@@ -211,7 +211,7 @@ class ConfigEdit:
 
     def write(self, text: str) -> None:
         """Validate ``text`` as a matrix, then replace the file through the journal."""
-        from forgepatch.config import load_matrix
+        from forgepatch.config import load_matrix  # heavy: pydantic (the matrix schema)
 
         state = self.config.parent / STATE_DIR
         check = state / "validate" / self.config.name  # in the state dir: recovery removes it
@@ -270,7 +270,7 @@ def pin_base(config: Path, arch: str, image: str | None = None) -> BasePin:
     kept; validated, then written atomically). A base given by digest is left as it is."""
     import tomlkit
 
-    from forgepatch.config import load_matrix
+    from forgepatch.config import load_matrix  # heavy: pydantic (the matrix schema)
 
     matrix = load_matrix(config)
     cfg = matrix.arch(arch)

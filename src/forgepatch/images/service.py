@@ -82,7 +82,7 @@ class Built:
 
 def build(req: BuildRequest, ui: Ui | None = None) -> Built:
     """Build (or find) the image of ``req.target``; see the module doc for the steps."""
-    from forgepatch.images import ship
+    from forgepatch.images import ship  # heavy: pydantic (the build record)
 
     ui = ui or Ui()
     target, platform = req.target, req.platform

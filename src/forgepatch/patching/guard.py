@@ -127,7 +127,7 @@ def deepest_line(path: Path) -> int | None:
 
 def check_codemod(codemod: Any, path: Path, line: int | None) -> None:
     """``Codemod`` must be a SiteCodemod subclass that implements ``edit_function``."""
-    from forgepatch.patching.codemods.base import SiteCodemod
+    from forgepatch.patching.codemods.base import SiteCodemod  # heavy: libcst
 
     if not isinstance(codemod, type):
         raise BadInput(located(path, line, f"Codemod must be a class (a SiteCodemod subclass), not {type(codemod).__name__}"))

@@ -106,7 +106,7 @@ def cli_library(explicit: Path | None, config: Path | None = None) -> PatchLibra
     """What the CLI uses: the shipped patches plus ``--patches DIR``, else the ``patches/``
     beside the matrix.toml in use (``paths.config_patches``; never the current directory's
     when the matrix is elsewhere)."""
-    from forgepatch.config import default_config
+    from forgepatch.config import default_config  # heavy: pydantic (the matrix schema)
 
     if explicit is not None:
         if not Path(explicit).is_dir():

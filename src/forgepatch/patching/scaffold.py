@@ -317,7 +317,7 @@ def _run_example(draft: str, path: Path, arch: str, rel: str, before: str, conte
     """Run the drafted patch on its example tree: (the file after, whether it fell back)."""
     import tempfile
 
-    from forgepatch.patching.engine import run_patches
+    from forgepatch.patching.engine import run_patches  # heavy: libcst (the engine)
 
     with tempfile.TemporaryDirectory() as tmp:
         draft_path = Path(tmp) / path.name

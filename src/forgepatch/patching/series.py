@@ -161,8 +161,8 @@ def run_series(series: Series, tree: Tree, version: str | None, *,
     ``review`` and ``result.drift`` true. A status-only scan runs once more with texts
     whenever it would say applied, already applied or absorbed, so a scan judges the same
     edits, and the same per-arch evaluation, as ``apply``."""
-    from forgepatch.patching import verify
-    from forgepatch.patching.engine import run_patches
+    from forgepatch.patching import verify  # heavy: libcst (the self-check)
+    from forgepatch.patching.engine import run_patches  # heavy: libcst (the engine)
 
     patches = list(series.patches)
     result = run_patches(tree, patches, series.arch, version, cache=cache, pristine=pristine)

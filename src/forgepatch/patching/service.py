@@ -348,7 +348,7 @@ def example_runs(patches) -> list[ExampleRun]:
     must become ``after`` (a fixed point), or stay unchanged when there is no ``after``; an
     arch-gate run that falls back to a local helper (no file of the tree provides the new
     predicate) must be declared with ``fallback = true``, and one that declares it must take it."""
-    from forgepatch.patching.engine import run_patches
+    from forgepatch.patching.engine import run_patches  # heavy: libcst (the engine)
 
     out = []
     for patch in patches:
