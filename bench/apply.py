@@ -63,7 +63,7 @@ def series_of_n(tree, version: str, lengths: list[int], runs: int) -> dict:
     import tomllib
 
     from forgepatch.arch import get_arch
-    from forgepatch.patching import astview, functions, parselimits
+    from forgepatch.patching import astview, headers, parselimits
     from forgepatch.patching.engine import run_patches
     from forgepatch.patching.patchset import load_patch
     from forgepatch.patching.trees import DirTree
@@ -93,7 +93,7 @@ def series_of_n(tree, version: str, lengths: list[int], runs: int) -> dict:
 
     def engine(patches) -> float:
         astview.view.cache_clear()
-        functions.defs_of.cache_clear()
+        headers.defs_of.cache_clear()
         parselimits.cache_clear()
         t, c = time.perf_counter(), time.process_time()
         res = run_patches(DirTree(tree.package, True), patches, arch, version)
@@ -197,11 +197,11 @@ def main() -> None:
     patches = load_patches(SHIPPED_PATCHES, ["sm120-flashinfer-allreduce-fusion"])
     arch = get_arch("sm120")
 
-    from forgepatch.patching import astview, functions, parselimits
+    from forgepatch.patching import astview, headers, parselimits
 
     def engine(self_check: bool, evaluate: bool = True) -> float:
         astview.view.cache_clear()  # per-text parse memos: every run starts cold, like a CLI run
-        functions.defs_of.cache_clear()
+        headers.defs_of.cache_clear()
         parselimits.cache_clear()
         t = time.perf_counter()
         res = run_patches(DirTree(tree.package, True), patches, arch, args.version, self_check=self_check,

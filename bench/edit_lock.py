@@ -26,7 +26,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from forgepatch.config import load_matrix
-    from forgepatch.patching import astview, editlock, functions
+    from forgepatch.patching import astview, editlock, headers
     from forgepatch.patching.engine import run_patches
     from forgepatch.patching.series import load_series, run_series
     from forgepatch.patching.trees import DirTree
@@ -38,7 +38,7 @@ def main() -> None:
 
     def cold() -> None:
         astview.view.cache_clear()
-        functions.defs_of.cache_clear()
+        headers.defs_of.cache_clear()
 
     def with_lock() -> float:
         cold()

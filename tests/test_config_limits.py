@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from forgepatch.config import MAX_STRING, key_line, load_matrix
+from forgepatch.config import load_matrix
+from forgepatch.infra.tomlfile import MAX_STRING, key_line
 from forgepatch.errors import BadInput
 from support.badinput import MATRIX
 

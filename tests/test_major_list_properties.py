@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 
 from forgepatch.arch import get_arch
 from forgepatch.patching.engine import run_patches
-from forgepatch.patching.filepatch import build
+from forgepatch.patching.patchset import build_file_patch
 from forgepatch.patching.trees import MemoryTree
 
-PATCH = build({"id": "p", "summary": "s", "package": "flashinfer", "codemod": "major-list", "arches": ["sm120"],
-               "sites": [{"name": "s", "functions": ["gen"], "modules": ["jit/*.py"]}]}, "major-list", None, b"")
+PATCH = build_file_patch({"id": "p", "summary": "s", "package": "flashinfer", "codemod": "major-list", "arches": ["sm120"],
+                         "sites": [{"name": "s", "functions": ["gen"], "modules": ["jit/*.py"]}]}, "major-list", None, b"")
 SM120 = get_arch("sm120")
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from forgepatch.errors import BadInput
+
 PACKAGE_DIR = Path(__file__).resolve().parent
 
 
@@ -80,8 +82,6 @@ def check_path(path: Path, flag: str, want: str = "any") -> Path:
     import errno
     import stat
 
-    from forgepatch.errors import BadInput
-
     path = Path(path)
     text = str(path)
     if "\0" in text:
@@ -121,8 +121,6 @@ def check_output(path: Path | str, flag: str, *, stdout_ok: bool = False) -> Pat
     device, FIFO, socket or directory, nor a symbolic link to one (or a dangling one): those
     are one line of bad input naming ``flag``. ``-`` is stdout where ``stdout_ok`` (returns
     None), else bad input too."""
-    from forgepatch.errors import BadInput
-
     if str(path) == STDOUT:
         if stdout_ok:
             return None

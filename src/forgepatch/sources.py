@@ -15,9 +15,15 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from forgepatch import progress
 from forgepatch.errors import BadInput
-from forgepatch.paths import cache_dir
-from forgepatch.wheels import wheel_sha256  # noqa: F401  (sources.wheel_sha256, as before)
+from forgepatch.infra.gitrepo import GitRepo, clone_bare
+from forgepatch.infra.journal import recover_tree
+from forgepatch.packages import by_dist, packages
+from forgepatch.paths import cache_dir, check_path
+from forgepatch.srcspec import check_version, parse_source
+from forgepatch.wheelcache import artifact_lock, unpacked_tree, verified_wheel
+from forgepatch.wheels import check_pin, wheel_sha256  # noqa: F401  (sources.wheel_sha256, as before)
 
 PACKAGE = "sglang"
 
@@ -39,9 +45,6 @@ class SourceTree:
 def pypi_wheel(version: str, dist: str = PACKAGE, expected_sha256: str | None = None) -> Path:
     """The cached wheel of ``DIST==version`` (default sglang), verified
     (``wheelcache.verified_wheel``); downloads it once. BadInput if no such release."""
-    from forgepatch.srcspec import check_version
-    from forgepatch.wheelcache import verified_wheel
-
     try:
         check_version(version, "--source")
     except ValueError as exc:
@@ -51,8 +54,6 @@ def pypi_wheel(version: str, dist: str = PACKAGE, expected_sha256: str | None = 
 
 def extract_py(wheel: Path, dest: Path, import_name: str = PACKAGE) -> Path:
     """Extract the ``.py`` files of the wheel's package into ``dest/<import_name>``; returns it."""
-    from forgepatch import progress
-
     with zipfile.ZipFile(wheel) as zf:
         members = [i for i in zf.infolist()
                    if i.filename.startswith(f"{import_name}/") and i.filename.endswith(".py") and ".." not in i.filename]
@@ -67,8 +68,6 @@ def pypi_tree(version: str, package=None, expected_sha256: str | None = None) ->
     """The cached ``.py`` tree of a PyPI release: sglang, or ``package`` (a
     ``packages.Package``: its distribution and import name). Unpacked once under the
     artifact's lock (``wheelcache.unpacked_tree``): a reader never sees it being replaced."""
-    from forgepatch.wheelcache import unpacked_tree
-
     dist, import_name, name = (PACKAGE, PACKAGE, PACKAGE) if package is None else (
         package.dist, package.import_name, package.name)
     wheel = pypi_wheel(version, dist, expected_sha256)
@@ -83,8 +82,6 @@ def pypi_tree(version: str, package=None, expected_sha256: str | None = None) ->
 def extract_package(wheel: Path, dest: Path, import_name: str = PACKAGE) -> Path:
     """Extract EVERY file of the wheel's package (``.py``, compiled ``.so``, configs, data)
     into ``dest/<import_name>``, executable bits kept; returns it."""
-    from forgepatch import progress
-
     with zipfile.ZipFile(wheel) as zf:
         members = [i for i in zf.infolist() if i.filename.startswith(f"{import_name}/") and not i.is_dir()
                    and ".." not in i.filename.split("/")]
@@ -97,8 +94,6 @@ def wheel_package_tree(wheel: Path, version: str, sha: str, package=None) -> Sou
     """The complete package of one wheel of a PyPI release (``sha``: its sha256, checked by
     the caller): what ``build`` overlays onto a base, ``.so`` files included. Unpacked once
     (``wheelcache.unpacked_tree``)."""
-    from forgepatch.wheelcache import unpacked_tree
-
     dist, import_name, name = (PACKAGE, PACKAGE, PACKAGE) if package is None else (
         package.dist, package.import_name, package.name)
     key = (f"{version}" if name == PACKAGE else f"{dist}-{version}") + f"-{sha[:16]}-full"
@@ -115,14 +110,10 @@ def git_tree(spec: str, package_dir: str = "python/sglang", package=None, flag: 
     needs them). Another package (a ``packages.Package``, e.g. FlashInfer at a pin's git
     revision of it): every file of it at ``package_dir`` (else ``IMPORT/``), its CUDA sources
     and data included, as its wheel would carry them."""
-    from forgepatch.infra.gitrepo import GitRepo, clone_bare
-
     where, sep, rev = spec.rpartition("@")
     if not sep or not where or not rev:
         raise BadInput(f"{flag}: git source {spec!r} must be git:PATH_OR_URL@REV")
     if not Path(where).exists():  # a URL: a bare clone in the cache, made once
-        from forgepatch.wheelcache import artifact_lock
-
         key = hashlib.sha256(where.encode()).hexdigest()[:16]
         clone = cache_dir("git", key)
         if not (clone / "HEAD").exists():
@@ -154,13 +145,10 @@ def git_tree(spec: str, package_dir: str = "python/sglang", package=None, flag: 
         what = "no SGLang package" if package is None else f"no {name} package"
         raise BadInput(f"{flag}: {where}@{rev} holds {what} (looked for "
                        f"{' and '.join(c + '/' for c in dict.fromkeys(candidates))})")
-    from forgepatch.wheelcache import unpacked_tree
 
     rels = tree.paths() if package is None else tree.all_paths()
 
     def fill(tmp: Path) -> None:
-        from forgepatch import progress
-
         with progress.task(f"exporting {len(rels)} file(s) of {commit[:12]} from git", total=len(rels)) as bar:
             for rel, data in zip(rels, repo.blobs([tree.blobs[r] for r in rels])):
                 target = Path(tmp, top, rel)
@@ -205,8 +193,6 @@ def copy_non_py(src: SourceTree, dest: Path) -> int:
     """Write the package's files other than ``.py`` (configs, kernels' ``.so``, data) into
     ``dest`` (an ``sglang/`` directory), from the wheel or the git objects the cached tree was
     extracted from; returns how many. A directory source's tree already holds them: 0."""
-    from forgepatch import progress
-
     dest = Path(dest)
     count = 0
     top = src.package.name  # the import package's directory in the wheel (sglang/, flashinfer/)
@@ -221,8 +207,6 @@ def copy_non_py(src: SourceTree, dest: Path) -> int:
                     bar.advance(info.file_size)
                     count += 1
     elif src.kind == "git" and src.origin is not None and src.subdir is not None:
-        from forgepatch.infra.gitrepo import GitRepo
-
         repo = GitRepo(src.origin, flag="--source")
         try:
             tree = repo.tree(src.revision, src.subdir)
@@ -243,17 +227,12 @@ def copy_non_py(src: SourceTree, dest: Path) -> int:
 def dir_tree(path: Path, matrix=None) -> SourceTree:
     """A local directory holding a package: sglang first (``sglang/``, ``python/sglang/``,
     or the directory itself), then each other package the run knows (``flashinfer/``, ...)."""
-    from forgepatch.packages import packages
-    from forgepatch.paths import check_path
-
     path = check_path(Path(path), "--source", "dir")
     known = packages(matrix)
     for pkg in known.values():
         imp = pkg.import_name
         for cand in dict.fromkeys((path / imp, path / pkg.package_dir, path / "python" / imp, path)):
             if cand.name == imp and (cand / "__init__.py").is_file():
-                from forgepatch.infra.journal import recover_tree
-
                 recover_tree(cand)  # an interrupted --in-place write there is finished (or undone) first
                 return SourceTree(cand.resolve(), f"dir:{path}", "dir", read_version(cand), None, pristine=False,
                                   package_name=pkg.name)
@@ -307,9 +286,6 @@ def source_spec(src: str | None, matrix=None) -> str:
 def resolve_source(src: str | None, matrix=None) -> SourceTree:
     """SRC = ``pypi:VERSION`` | ``git:PATH_OR_URL@REV`` | DIR | a pin name; None = the
     matrix's default pin."""
-    from forgepatch.paths import check_path
-    from forgepatch.srcspec import parse_source
-
     named = pin_name(src, matrix) if src is not None else (matrix.pin(None)[0] if matrix is not None else None)
     src = source_spec(src, matrix)
     if src.startswith("pypi:") and "==" in src:
@@ -321,8 +297,6 @@ def resolve_source(src: str | None, matrix=None) -> SourceTree:
     if kind == "pypi":
         tree = pypi_tree(where)
         if named is not None:  # a pin: the wheel in use is the one it records (wheels)
-            from forgepatch.wheels import check_pin
-
             check_pin(named, matrix.pins[named], tree)
         return tree
     if kind == "git":
@@ -336,9 +310,6 @@ def resolve_source(src: str | None, matrix=None) -> SourceTree:
 
 def _package_pypi(src: str, matrix) -> SourceTree:
     """``pypi:DIST==VERSION``: a release of any package the run knows (its PyPI name)."""
-    from forgepatch.packages import by_dist, packages
-    from forgepatch.srcspec import check_version
-
     dist, _, version = src[5:].partition("==")
     pkg = by_dist(dist, matrix)
     if pkg is None:

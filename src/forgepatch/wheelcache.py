@@ -29,7 +29,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
+from forgepatch import envsettings, progress
 from forgepatch.errors import BadInput, Failure
+from forgepatch.infra.atomic import write_atomic
+from forgepatch.infra.journal import flock_waiting
 from forgepatch.paths import cache_dir
 
 PACKAGE = "sglang"
@@ -41,8 +44,6 @@ DEFAULT_WAIT_S = 900.0
 
 
 def _wait_s() -> float:
-    from forgepatch import envsettings
-
     if os.environ.get(envsettings.LOCK_TIMEOUT.name):
         return envsettings.LOCK_TIMEOUT.read()
     return DEFAULT_WAIT_S
@@ -59,8 +60,6 @@ def artifact_lock(lock_path: Path, what: str) -> Iterator[None]:
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        from forgepatch.infra.journal import flock_waiting
-
         flock_waiting(fd, _wait_s(), notice_after=0.0, poll=0.1,
                       waiting=lambda: _say(f"waiting for another forgepatch run making {what}"),
                       gave_up=lambda: Failure(f"{lock_path}: another forgepatch run is still making {what}; gave up "
@@ -190,15 +189,11 @@ def verified_wheel(version: str, expected_sha256: str | None = None,
 
 
 def _record(wheel: Path, sha: str) -> None:
-    from forgepatch.infra.atomic import write_atomic
-
     write_atomic(_memo(wheel), sha + "\n")
 
 
 def pip_download(version: str, into: Path, dist: str = PACKAGE) -> Path:
     """``pip download --no-deps DIST==version`` into ``into``; the wheel's path."""
-    from forgepatch import progress
-
     with progress.task(f"downloading {dist}=={version} from PyPI"):
         proc = subprocess.run(
             [sys.executable, "-m", "pip", "download", "--no-deps", "--no-cache-dir", "-q",

@@ -20,6 +20,9 @@ import tempfile
 from pathlib import Path
 
 from forgepatch.errors import BadInput
+from forgepatch.infra.atomic import write_atomic
+from forgepatch.paths import cache_dir
+from forgepatch.wheelcache import artifact_lock, file_sha256, recorded_sha256, verified_wheel
 
 PACKAGE = "sglang"
 PYTHONS = ("3.10", "3.11", "3.12", "3.13")
@@ -47,8 +50,6 @@ def _download(version: str, dest: Path, extra: list[str]) -> list[Path]:
 def release_wheels(version: str) -> dict[str, str]:
     """tag -> sha256 of every wheel of ``sglang==version`` for PYTHONS x PLATFORMS (the sdist's
     as ``sdist`` when the release has no wheel). BadInput when nothing can be fetched."""
-    from forgepatch.paths import cache_dir
-
     root = cache_dir("wheels", version, "platforms")
     host = cache_dir("wheels", version)  # the wheel `apply` downloaded for this host, if any
     found: dict[str, Path] = {wheel_tag(p.name): p for d in (host, root) for p in d.glob(f"{PACKAGE}-*.whl")}
@@ -107,13 +108,10 @@ def check_pin(name: str, pin, tree) -> None:
 def wheel_sha256(wheel: Path) -> str:
     """sha256 of the wheel: the one recorded when it was downloaded (``verified_wheel`` has
     checked the bytes against it), else computed and recorded."""
-    from forgepatch.wheelcache import file_sha256, recorded_sha256
-
     recorded = recorded_sha256(wheel)
     if recorded is not None:
         return recorded
     digest = file_sha256(wheel)
-    from forgepatch.infra.atomic import write_atomic
 
     write_atomic(wheel.with_name(wheel.name + ".sha256"), digest + "\n")
     return digest
@@ -180,9 +178,6 @@ def tag_wheel(version: str, tag: str) -> Path:
     """The cached wheel of ``sglang==version`` for ``tag``, downloaded (``pip download
     --python-version --platform``, as ``release_wheels``) when not cached yet. BadInput when
     PyPI has none."""
-    from forgepatch.paths import cache_dir
-    from forgepatch.wheelcache import artifact_lock
-
     host, root = cache_dir("wheels", version), cache_dir("wheels", version, "platforms")
 
     def cached() -> Path | None:
@@ -214,8 +209,6 @@ def base_wheel(name: str, pin, python: str, machine: str, glibc: str | None, ref
     against the digest the pin records for that tag. BadInput, one line: no wheel of the pin
     fits the base (the base's tag and the pin's tags named), or the bytes are another wheel
     (both digests named). A pin without per-platform wheels knows only the host's wheel."""
-    from forgepatch.wheelcache import file_sha256, verified_wheel
-
     want_tags = dict(pin.wheels)
     if not want_tags:
         host = verified_wheel(pin.pypi, pin.sha256)

@@ -1,20 +1,30 @@
 """The ``forgepatch`` command line: thin typer commands over the services.
 
 Each ``cli/<area>.py`` defines its commands as plain functions and registers them in
-``register(app)``; command bodies import their services lazily so ``forgepatch --help`` never
-loads libcst, git, docker or pydantic. Every command loads matrix.toml through
-``_state.STATE.matrix()``.
+``register(app)``. ``COMMANDS`` below is the command table (as pip's): the module of each
+command, loaded only when that command runs or its help is shown, and the line
+``forgepatch --help`` lists it with. It is the one place of laziness for ``--help``: a
+command module imports its services at module level, heavy ones (libcst, git, docker,
+pydantic) included. Every command loads matrix.toml through ``_state.STATE.matrix()``.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator, MutableMapping
+from importlib import import_module
 from pathlib import Path
 from typing import Optional
 
 import typer
+import typer.core
+import typer.main
 
-from forgepatch.cli import _state
+import forgepatch
+from forgepatch import envsettings, progress
+from forgepatch.cli import _state, _ui
+from forgepatch.errors import ForgepatchError
+from forgepatch.infra import supervisor
 
 # Shown at the end of every command's --help (docs/architecture.md, Statuses). "\b"
 # keeps click from re-flowing the lines.
@@ -24,7 +34,91 @@ EXIT_CODES = ("\b\nExit codes:\n"
               "  2  bad input (usage, config, unreadable or unparseable file): one line on stderr\n"
               "     (--debug shows the traceback)")
 
+# The command table: name -> (the module under forgepatch/cli/ that registers it, the line
+# `forgepatch --help` lists it with: the first sentence of the command's own help, checked
+# by tests/test_cli_startup.py). In the order --help lists them.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "apply": ("apply", "Apply the arch's patch series to an SGLang source; it checks itself before writing."),
+    "lint": ("apply", "After patching (in memory), list gates of the same feature that still reject the arch."),
+    "build": ("build", "Build the per-arch image: every patched package (SGLang, FlashInfer ...) + probe on the base image."),
+    "bake": ("build", "Write docker-bake.json: one BuildKit target per arch x pin (args, tags, labels, context)."),
+    "fork": ("fork", "Create or refresh branch forgepatch/ARCH/PIN: REV plus one commit per applied patch."),
+    "drift": ("fork", "Health of every patch of ARCH at many revisions, read from git objects."),
+    "init": ("fork", "Scaffold matrix.toml, patches/ and dockerfiles/ (never overwrites a file)."),
+    "probe": ("probe", "Capture and replay CUDA graphs (bf16 bmm, an MLP block, NCCL all-reduce) and compare with "
+                       "eager mode."),
+    "smoke": ("smoke", "Launch arch x pin x profile smoke jobs; triage failures by phase and signature."),
+    "triage": ("smoke", "Find the last phase reached and the failure signature in an existing log."),
+    "matrix": ("smoke", "Emit the smoke job list as a GitHub Actions matrix (for fan-out across runners)."),
+    "release": ("release", "Tag validated combinations: annotated git tag, `validated` image tag, ledger entry."),
+    "verify": ("release", "Re-check a release: ledger, tag, branch commit, image and results must agree."),
+    "status": ("release", "The compatibility table of released (validated) combinations: pin x arch x profiles."),
+    "audit": ("audit", "Can the CUDA kernels of every shared object run on ARCH? Exit 1 lists those that cannot."),
+    "gates": ("gates", "Inventory every arch gate (predicate, capability comparison) with the arches that pass it."),
+    "pin": ("fork", "Record SGLang pins (PyPI releases or git revisions) in matrix.toml."),
+    "results": ("results", "Work with smoke results files."),
+    "patch": ("patch", "Write, test and list patches."),
+    "cache": ("cache", "See and prune forgepatch's cache (wheels, trees, contexts, logs, memos)."),
+}
+
+
+def load_commands(module: str) -> dict[str, typer.core.TyperGroup]:
+    """The click commands (and groups) ``cli/<module>.py`` registers, with the exit codes
+    at the end of each one's help."""
+    scratch = typer.Typer(rich_markup_mode=None, pretty_exceptions_enable=False)
+    import_module(f"forgepatch.cli.{module}").register(scratch)
+    _add_epilogs(scratch)
+    return dict(typer.main.get_group(scratch).commands)
+
+
+class _Table(MutableMapping):
+    """The root group's commands: every name of ``COMMANDS``, each loaded on first use
+    (click asks for a command by name; listing the names loads nothing)."""
+
+    def __init__(self) -> None:
+        self._loaded: dict = {}
+
+    def __getitem__(self, name: str):
+        if name not in self._loaded:
+            if name not in COMMANDS:
+                raise KeyError(name)
+            self._loaded.update(load_commands(COMMANDS[name][0]))
+        return self._loaded[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(COMMANDS)
+
+    def __len__(self) -> int:
+        return len(COMMANDS)
+
+    def __setitem__(self, name: str, command) -> None:
+        raise TypeError(f"forgepatch commands are registered in cli.COMMANDS, not added ({name})")
+
+    def __delitem__(self, name: str) -> None:
+        raise TypeError(name)
+
+
+class _Root(typer.core.TyperGroup):
+    """The root command: its commands come from the table, loaded as they run."""
+
+    def __init__(self, **attrs) -> None:
+        super().__init__(**attrs)
+        self.commands = _Table()
+
+    def list_commands(self, ctx) -> list[str]:
+        return list(COMMANDS)
+
+    def format_commands(self, ctx, formatter) -> None:
+        """The command list of ``forgepatch --help`` from the table (no module loaded), cut
+        to the terminal as click cuts a command's own help."""
+        limit = formatter.width - 6 - max(map(len, COMMANDS))
+        rows = [(name, _click_module("utils").make_default_short_help(line, limit)) for name, (_, line) in COMMANDS.items()]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
 app = typer.Typer(
+    cls=_Root,
     rich_markup_mode=None,
     name="forgepatch",
     help="Carry architecture patches for SGLang forks as codemods; build, smoke-test and release them.",
@@ -38,8 +132,6 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        import forgepatch
-
         typer.echo(f"forgepatch {forgepatch.__version__}")
         raise typer.Exit(0)
 
@@ -56,8 +148,6 @@ def _globals(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="Print the version and exit."),
 ) -> None:
-    from forgepatch.cli import _ui
-
     if color not in _ui.COLOR_MODES:
         raise typer.BadParameter(f"{color!r} is not one of auto, always, never", param_hint="--color")
     if verbose and quiet:
@@ -70,24 +160,6 @@ def _globals(
     _ui.SETTINGS.update(color=color, quiet=quiet)
 
 
-def _register() -> None:
-    from forgepatch.cli import apply as _apply
-    from forgepatch.cli import audit as _audit
-    from forgepatch.cli import build as _build
-    from forgepatch.cli import cache as _cache
-    from forgepatch.cli import fork as _fork
-    from forgepatch.cli import gates as _gates
-    from forgepatch.cli import patch as _patch
-    from forgepatch.cli import probe as _probe
-    from forgepatch.cli import release as _release
-    from forgepatch.cli import results as _results
-    from forgepatch.cli import smoke as _smoke
-
-    for module in (_apply, _build, _fork, _probe, _smoke, _results, _release, _audit, _gates, _patch, _cache):
-        module.register(app)
-    _add_epilogs(app)
-
-
 def _add_epilogs(group: typer.Typer) -> None:
     """Every command's --help ends with the exit codes."""
     for info in group.registered_commands:
@@ -97,15 +169,13 @@ def _add_epilogs(group: typer.Typer) -> None:
         _add_epilogs(sub.typer_instance)
 
 
-_register()
 
-
-def _click_exceptions():
-    try:  # typer >= 0.25 vendors click
-        from typer._click import exceptions
+def _click_module(name: str):
+    """click's ``exceptions`` or ``utils``: typer >= 0.25 vendors click, older typer uses it."""
+    try:
+        return import_module(f"typer._click.{name}")
     except ImportError:  # pragma: no cover - older typer on real click
-        from click import exceptions
-    return exceptions
+        return import_module(f"click.{name}")
 
 
 GLOBAL_FLAGS = ("-v", "--verbose", "-q", "--quiet")
@@ -134,24 +204,16 @@ def hoist_globals(args: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: maps errors onto exit codes with one-line messages."""
-    from forgepatch.errors import ForgepatchError
-
-    cexc = _click_exceptions()
+    cexc = _click_module("exceptions")
     args = hoist_globals(list(argv if argv is not None else sys.argv[1:]))
     argv = args
     debug = "--debug" in args
-    from forgepatch import progress
-
     if progress.wanted(args, sys.stderr) and not {"-q", "--quiet"} & set(args):  # -q: no progress either
-        from forgepatch.cli._ui import make_console
-
-        progress.enable(True, make_console(stderr=True))
+        progress.enable(True, _ui.make_console(stderr=True))
     else:
         progress.enable(False)
     try:
         if not {"-h", "--help", "--version"} & set(args):
-            from forgepatch import envsettings
-
             envsettings.check_all()  # a bad setting fails every command alike (exit 2, one line)
         # non-standalone typer returns the code of typer.Exit / Ctrl-C (130) instead of raising
         try:
@@ -216,6 +278,4 @@ def entry() -> None:  # pragma: no cover - console script shim
     args = sys.argv[1:]
     if not args or {"-h", "--help", "--version"} & set(args):
         sys.exit(main())
-    from forgepatch.infra import supervisor
-
     sys.exit(supervisor.run(main, debug="--debug" in args))

@@ -14,7 +14,10 @@ from typing import Any, List, Optional
 
 import typer
 
-from forgepatch.arch import ARCHES
+from forgepatch.arch import ARCHES, get_arch
+from forgepatch.cli._ui import SETTINGS
+from forgepatch.errors import BadInput
+from forgepatch.sources import pin_source
 
 ARCH_NAMES = ", ".join(ARCHES)  # the registry's arches, in its order
 ARCH_HELP = f"Target arch: {ARCH_NAMES} (sm_120, SM120, 12.0 are read as sm120)."
@@ -22,16 +25,12 @@ SOURCE_HELP = "pypi:VERSION | git:PATH_OR_URL@REV | DIR | a pin name of matrix.t
 
 
 def _note(text: str) -> None:
-    from forgepatch.cli._ui import SETTINGS
-
     if not SETTINGS["quiet"]:  # -q: errors only
         print(f"forgepatch: note: {text}", file=sys.stderr)
 
 
 def canonical_arch(value: str) -> str:
     """The registry name of ``value`` (BadInput with a suggestion); says so when respelled."""
-    from forgepatch.arch import get_arch
-
     name = get_arch(value).name
     if value != name:
         _note(f"--arch {value!r} read as {name}")
@@ -122,8 +121,6 @@ def renamed(value: Any, old_value: Any, old: str, new: str) -> Any:
     if old_value is None:
         return value
     if value is not None:
-        from forgepatch.errors import BadInput
-
         raise BadInput(f"{old} is the old spelling of {new}: give {new} only")
     print(f"forgepatch: warning: {old} FILE is deprecated, use {new} FILE (the old spelling goes in the next release)",
           file=sys.stderr)
@@ -132,12 +129,9 @@ def renamed(value: Any, old_value: Any, old: str, new: str) -> Any:
 
 def source_or_pin(source: Optional[str], pin: Optional[str], matrix: Any) -> Optional[str]:
     """``--pin NAME`` as a SRC string (apply, lint); BadInput for an unknown pin or both flags."""
-    from forgepatch.errors import BadInput
-
     if pin is None:
         return source
     if source is not None:
         raise BadInput("--pin and --source are exclusive: --pin NAME means the pin's source")
-    from forgepatch.sources import pin_source
 
     return pin_source(pin, matrix)

@@ -8,6 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import forgepatch
+from forgepatch.cli._ui import make_console
+from forgepatch.paths import SHIPPED_MATRIX
+
 
 @dataclass
 class State:
@@ -21,7 +25,7 @@ class State:
         """The matrix.toml in use: ``--config``, else the nearest one (``paths.find_config``;
         an interrupted init/pin add there is finished first:
         this directory or a parent, up to the repository root), else the shipped one."""
-        from forgepatch.config import default_config
+        from forgepatch.config import default_config  # heavy: pydantic, off --help's path
 
         return default_config(self.config_path)
 
@@ -29,7 +33,7 @@ class State:
         """The patch library: the shipped patches plus ``--patches DIR`` (else the
         ``patches/`` beside the matrix.toml in use), whose patches add to the shipped ones and
         override them by id."""
-        from forgepatch.patching.library import cli_library
+        from forgepatch.patching.library import cli_library  # cli-root: not on --help's path (the journal, ~10 ms)
 
         library = cli_library(self.patches_dir, self.config())
         self.say_found(library)
@@ -39,7 +43,7 @@ class State:
         """THE matrix loader of every command: ``--config``, else the nearest matrix.toml,
         else the shipped one, validated; ``check_patches`` also checks the patch names against
         the patch dir (commands that read no patches skip it)."""
-        from forgepatch.config import load_matrix
+        from forgepatch.config import load_matrix  # heavy: pydantic, off --help's path
 
         path = self.config()
         library = self.patches() if check_patches else None
@@ -50,7 +54,6 @@ class State:
         """``-v``: which matrix.toml and patch directory were found, once, on stderr."""
         if self.verbosity < 1 or self._said:
             return
-        from forgepatch.paths import SHIPPED_MATRIX
 
         path = self.config()
         how = ("--config" if self.config_path is not None
@@ -71,8 +74,6 @@ def print_json(doc: Any) -> None:
     ``forgepatch_version`` (which forgepatch wrote it) unless it has one; the two array
     documents (``pin list``, ``patch list``) keep their shape."""
     if isinstance(doc, dict) and "forgepatch_version" not in doc:
-        import forgepatch
-
         doc = {"forgepatch_version": forgepatch.__version__, **doc}
     sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n")
 
@@ -85,6 +86,4 @@ def note(text: str) -> None:
 def console(stderr: bool = False):
     """The console every command prints with (``cli/_ui.py``: no wrapping off a terminal,
     ``NO_COLOR`` respected)."""
-    from forgepatch.cli._ui import make_console
-
     return make_console(stderr=stderr)

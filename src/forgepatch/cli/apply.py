@@ -9,6 +9,10 @@ import typer
 
 from forgepatch.cli._options import arch_option, json_option, pin_option
 from forgepatch.cli._state import STATE, console, print_json
+from forgepatch.errors import BadInput, Failure
+from forgepatch.patching.editset import Edit
+from forgepatch.patching.model import INCOMPLETE_HINT, SELF_CHECK_SITE, Status
+from forgepatch.patching.service import apply_arch, apply_many, lint_arch, not_run, reverse_arch, series_sources
 
 _STYLE = {"applied": "green", "already-applied": "cyan", "absorbed-upstream": "blue", "ignored": "yellow",
           "not-applicable": "dim", "incomplete": "bold red", "drift": "bold red",
@@ -103,8 +107,6 @@ def _accepted(run) -> None:
     """What ``--accept`` recorded (stderr: it precedes the run's own report)."""
     from rich.markup import escape
 
-    from forgepatch.patching.editset import Edit
-
     con = console(stderr=True)
     accepted = run.extra.get("accepted", [])
     if not accepted:
@@ -129,7 +131,6 @@ def _self_check_line(res) -> str:
     """What the series' own check found, in one line."""
     if not res.verified:
         return "self-check: not run"
-    from forgepatch.patching.model import SELF_CHECK_SITE, Status
 
     found = [loc for p in res.patches for s in p.sites if s.site == SELF_CHECK_SITE for loc in s.locations]
     bad = [loc for loc in found if loc.status in (Status.INCOMPLETE, Status.UNVERIFIED, Status.WRONG)]
@@ -154,8 +155,6 @@ def _self_check_line(res) -> str:
 
 def _failure_message(res) -> str:
     """One line: every drifted site (with candidates) and every incomplete gate."""
-    from forgepatch.patching.model import INCOMPLETE_HINT, Status
-
     parts = []
     for p in res.patches:
         for s in p.sites:
@@ -187,9 +186,6 @@ def _failure_message(res) -> str:
 
 def _render_many(runs, arch: str, as_json: bool, diff: bool, check: bool, missing: list[str]) -> None:
     """A multi-package run: one block per package (its own patchset), then one verdict."""
-    from forgepatch.errors import Failure
-    from forgepatch.patching.model import Status
-
     drift = [r for r in runs if r.result.drift]
     if as_json:
         worst = Status.worst([p.status for r in runs for p in r.result.patches])
@@ -219,9 +215,6 @@ def _render_many(runs, arch: str, as_json: bool, diff: bool, check: bool, missin
 def _reverse(arch, source, pin, out, in_place, force, accept, only, check, diff, as_json) -> None:
     """``apply --reverse``: parse-level checks, the service, the rendering."""
     from rich.markup import escape
-
-    from forgepatch.errors import BadInput
-    from forgepatch.patching.service import reverse_arch
 
     for flag, given in (("--out", out is not None), ("--in-place", in_place), ("--force", force),
                         ("--accept", accept), ("--patch", bool(only)), ("--pin", pin is not None)):
@@ -272,9 +265,6 @@ def apply(
                                  "write nothing."),
 ) -> None:
     """Apply the arch's patch series to an SGLang source; it checks itself before writing."""
-    from forgepatch.errors import BadInput, Failure
-    from forgepatch.patching.service import apply_arch
-
     if reverse:
         _reverse(arch, source, pin, out, in_place, force, accept, only, check, diff, as_json)
         return
@@ -287,7 +277,6 @@ def apply(
     matrix = STATE.matrix()
     if out is None and not in_place and not check and not diff:
         out = Path("forgepatch-out") / arch
-    from forgepatch.patching.service import apply_many, not_run, series_sources
 
     sources = series_sources(arch, source, pin, matrix, STATE.patches())
     if len(sources) > 1:
@@ -339,10 +328,6 @@ def lint(
 ) -> None:
     """After patching (in memory), list gates of the same feature that still reject the arch."""
     from rich.markup import escape
-
-    from forgepatch.errors import Failure
-    from forgepatch.patching.model import Status
-    from forgepatch.patching.service import lint_arch, series_sources
 
     matrix = STATE.matrix()
     sources = series_sources(arch, source, pin, matrix, STATE.patches())

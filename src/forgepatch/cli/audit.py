@@ -8,8 +8,12 @@ from typing import Optional
 
 import typer
 
+from forgepatch import progress
+from forgepatch.arch import get_arch
 from forgepatch.cli._options import ARCH_NAMES, arch_option, image_option, json_option, markdown_option
 from forgepatch.cli._state import console, print_json
+from forgepatch.errors import BadInput, Failure
+from forgepatch.images.audit import audit_dir, audit_image
 
 STYLES = {"sass": "green", "ptx-jit": "cyan", "partial": "yellow", "none": "bold red", "unreadable": "bold red"}
 
@@ -27,10 +31,6 @@ def audit(
     markdown: bool = markdown_option("Print a Markdown table."),
 ) -> None:
     """Can the CUDA kernels of every shared object run on ARCH? Exit 1 lists those that cannot."""
-    from forgepatch.arch import get_arch
-    from forgepatch.errors import BadInput, Failure
-    from forgepatch.images.audit import audit_dir, audit_image
-
     if (image is None) == (directory is None):
         raise BadInput("audit: give exactly one of --image IMAGE or --dir DIR")
     if as_json and markdown:
@@ -128,8 +128,6 @@ class _Progress:
         self.task = None
 
     def __enter__(self) -> "_Progress":
-        from forgepatch import progress
-
         if progress.enabled():  # stderr is a terminal and no --json
             from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 

@@ -7,8 +7,15 @@ from typing import List, Optional
 
 import typer
 
+from forgepatch import progress
 from forgepatch.cli._options import arch_list_option, arch_option, json_option, pin_list_option, pin_option, source_option
 from forgepatch.cli._state import STATE, console, print_json
+from forgepatch.combination.records import AuditSummary
+from forgepatch.images.bake import bake_matrix
+from forgepatch.images.platforms import check_platform
+from forgepatch.images.prepare import resolve_target
+from forgepatch.images.service import BuildRequest, build as build_service
+from forgepatch.paths import check_output
 
 
 def register(app: typer.Typer) -> None:
@@ -30,10 +37,6 @@ def build(
     as_json: bool = json_option("Print one JSON document on stdout."),
 ) -> None:
     """Build the per-arch image: every patched package (SGLang, FlashInfer ...) + probe on the base image."""
-    from forgepatch.images.platforms import check_platform
-    from forgepatch.images.prepare import resolve_target
-    from forgepatch.images.service import BuildRequest, build as build_service
-
     platform = check_platform(platform) if platform is not None else None  # a bad flag first (exit 2)
     matrix = STATE.matrix()
     target = resolve_target(matrix, arch, pin=pin, source=source, base_image=base_image)
@@ -54,8 +57,6 @@ def build(
     if not result.cache_hit:
         lines += [f"  layers rebuilt: {len(result.rebuilt_steps)} of {layers}", f"  log     {result.log}"]
     if result.audit:
-        from forgepatch.combination.records import AuditSummary
-
         lines.append(f"  audit   {AuditSummary.model_validate(result.audit).line()}")
     if push:
         how = "pushed" if result.uploaded else "already in the registry, nothing uploaded"
@@ -75,16 +76,11 @@ def bake(
     as_json: bool = json_option("Print the bake document on stdout too."),
 ) -> None:
     """Write docker-bake.json: one BuildKit target per arch x pin (args, tags, labels, context)."""
-    from forgepatch.images.bake import bake_matrix
-    from forgepatch.images.platforms import check_platform
-    from forgepatch.paths import check_output
-
     if platform is not None:
         platform = check_platform(platform)
 
     target = check_output(out, "--out", stdout_ok=True)  # None: stdout
     matrix = STATE.matrix()
-    from forgepatch import progress
 
     warnings: list[str] = []
     with progress.task("assembling build contexts") as bar:
@@ -104,8 +100,6 @@ def bake(
 
 def _shown() -> bool:
     """Progress displays follow ``forgepatch.progress``: a terminal on stderr, no --json."""
-    from forgepatch import progress
-
     return progress.enabled()
 
 
@@ -119,9 +113,7 @@ class _CliUi:
         self.err.print(f"warning: {text}", markup=False, highlight=False, soft_wrap=True)
 
     def task(self, text: str):
-        from forgepatch import progress as shown  # terminal only, never with --json
-
-        return shown.task(text)
+        return progress.task(text)  # terminal only, never with --json
 
     def build_progress(self):
         return _Progress(self.err)

@@ -4,24 +4,22 @@ from __future__ import annotations
 
 import typer
 
+from forgepatch.cachestore import entries, human, prune, summary
 from forgepatch.cli._options import json_option
 
 from forgepatch.cli._state import console, print_json
+from forgepatch.paths import cache_dir
 
 cache_app = typer.Typer(rich_markup_mode=None, help="See and prune forgepatch's cache (wheels, trees, contexts, logs, memos).",
                         no_args_is_help=True)
 
 
 def _root():
-    from forgepatch.paths import cache_dir
-
     return cache_dir()
 
 
 def cache_info(as_json: bool = json_option("One JSON document on stdout.")) -> None:
     """What the cache holds, by kind: entries, files, size."""
-    from forgepatch.cachestore import entries, human, summary
-
     root = _root()
     kinds = summary(entries(root))
     total = sum(k["bytes"] for k in kinds.values())
@@ -42,8 +40,6 @@ def cache_prune(
     as_json: bool = json_option("One JSON document on stdout."),
 ) -> None:
     """Remove cache entries forgepatch can make again (never locks or a release's pending tags)."""
-    from forgepatch.cachestore import human, prune
-
     root = _root()
     gone = prune(root, 0.0 if all_ else older_than, dry_run)
     freed = sum(e.bytes for e in gone)

@@ -7,8 +7,19 @@ from typing import Optional
 
 import typer
 
-from forgepatch.cli._options import arch_option, image_option, json_option, markdown_option, pin_option, repo_option
+from forgepatch.cli._options import (
+    arch_option, canonical_arch, image_option, json_option, markdown_option, pin_option, repo_option,
+)
 from forgepatch.cli._state import STATE, console, print_json
+from forgepatch.errors import BadInput, Failure
+from forgepatch.fork.blobcache import BlobCache
+from forgepatch.fork.drift import render_markdown, render_table, scan
+from forgepatch.fork.follow import follow
+from forgepatch.fork.fork import fork
+from forgepatch.fork.init import init
+from forgepatch.fork.pins import add_pin, editable_config, list_pins, pin_base as pin, update_pin
+from forgepatch.infra.atomic import write_atomic
+from forgepatch.paths import check_path
 
 pin_app = typer.Typer(rich_markup_mode=None, help="Record SGLang pins (PyPI releases or git revisions) in matrix.toml.", no_args_is_help=True)
 
@@ -25,8 +36,6 @@ def pin_add(
     Give exactly one of --rev or --pypi. The file is edited in place (comments kept) and never
     the matrix shipped with forgepatch; an existing pin name is refused.
     """
-    from forgepatch.fork.pins import add_pin, editable_config
-
     config = editable_config(STATE.config_path)
     row = add_pin(config, name, rev=rev, pypi=pypi, repo=repo,
                   record_repo=str(repo) if repo is not None and rev is not None else None)  # recorded: apply --pin finds it
@@ -42,8 +51,6 @@ def pin_update(
 ) -> None:
     """Re-resolve a pin in ./matrix.toml (or --config FILE): a PyPI pin records the sha256 of
     every wheel of its release again, a git pin its revision and version."""
-    from forgepatch.fork.pins import editable_config, update_pin
-
     config = editable_config(STATE.config_path)
     row = update_pin(config, name)
     if as_json:
@@ -59,19 +66,11 @@ def pin_follow(
 ) -> None:
     """Add the newest SGLang release on PyPI (`pip index versions sglang`) as a pin unless one
     names it, check every arch's patches on it, and report (exit 1 when a patch drifts)."""
-    from forgepatch.errors import Failure
-    from forgepatch.fork.follow import follow
-    from forgepatch.fork.pins import editable_config
-
     config = editable_config(STATE.config_path)
     if report is not None:
-        from forgepatch.paths import check_path
-
         check_path(report, "--report", "new-file")
     rep = follow(config, STATE.patches(), version)
     if report is not None:
-        from forgepatch.infra.atomic import write_atomic
-
         write_atomic(report, rep.markdown())
     if as_json:
         print_json(rep.to_json())
@@ -83,8 +82,6 @@ def pin_follow(
 
 
 def _arch_argument(ctx, value):
-    from forgepatch.cli._options import canonical_arch
-
     return value if value is None or ctx.resilient_parsing else canonical_arch(value)
 
 
@@ -97,8 +94,6 @@ def pin_base(
     """Resolve the arch's base image tag to its registry digest and record repo@sha256:... in
     ./matrix.toml (or --config FILE), comments kept: the same pin and patches then build on
     the same base bytes tomorrow."""
-    from forgepatch.fork.pins import editable_config, pin_base as pin
-
     config = editable_config(STATE.config_path)
     row = pin(config, arch, image)
     if as_json:
@@ -111,8 +106,6 @@ def pin_base(
 
 def pin_list(as_json: bool = json_option("Print the pins as JSON.")) -> None:
     """List the pins of matrix.toml with what they resolve to."""
-    from forgepatch.fork.pins import list_pins
-
     rows = list_pins(STATE.matrix(check_patches=False))
     if as_json:
         print_json([r.to_json() for r in rows])
@@ -135,8 +128,6 @@ def fork_cmd(
     as_json: bool = json_option("Print the result as JSON."),
 ) -> None:
     """Create or refresh branch forgepatch/ARCH/PIN: REV plus one commit per applied patch."""
-    from forgepatch.fork.fork import fork
-
     # no blob cache here: fork needs the patched text of every file, not only statuses
     result = fork(repo, arch, rev, pin, STATE.matrix(), STATE.patches())
     if as_json:
@@ -144,8 +135,6 @@ def fork_cmd(
     else:
         _render_fork(result)
     if result.drift:
-        from forgepatch.errors import Failure
-
         bad = [r for r in [result, *result.packages] if r.status == "drift"]
         where = ", ".join(f"{r.package} {r.upstream[:12]}" for r in bad)
         raise Failure(f"drift on {where}: branch {result.branch} not moved"
@@ -204,22 +193,17 @@ def drift_cmd(
     package: str = typer.Option("sglang", "--package", help="Whose part of the series runs: sglang, or another package of matrix.toml (e.g. flashinfer) with --repo its checkout."),
 ) -> None:
     """Health of every patch of ARCH at many revisions, read from git objects."""
-    from forgepatch.errors import BadInput
-
     if as_json and markdown:
         raise BadInput("drift: --json and --markdown are exclusive")
     rev_list = [r.strip() for r in revs.split(",") if r.strip()] if revs else None
     if revs is not None and not rev_list:
         raise BadInput("--revs: no revisions given")
-    from forgepatch.fork.drift import render_markdown, render_table, scan
 
     matrix = STATE.matrix()
     if no_cache:
         report = scan(repo, arch, matrix, STATE.patches(), rev_list, since, every, until, cache=None, gates=gates,
                       package=package)
     else:
-        from forgepatch.fork.blobcache import BlobCache
-
         with BlobCache() as cache:
             report = scan(repo, arch, matrix, STATE.patches(), rev_list, since, every, until, cache=cache, gates=gates,
                           package=package)
@@ -232,12 +216,8 @@ def drift_cmd(
     else:
         render_table(report, console())
     if report.drift:
-        from forgepatch.errors import Failure
-
         raise Failure(report.summary())
     if report.gates:
-        from forgepatch.errors import Failure
-
         steps = ", ".join(f"{s.old} -> {s.new}" for s in report.gates)
         raise Failure(f"arch gates of the patched features changed: {steps}")
 
@@ -247,8 +227,6 @@ def init_cmd(
     as_json: bool = json_option("Print the files written as JSON."),
 ) -> None:
     """Scaffold matrix.toml, patches/ and dockerfiles/ (never overwrites a file)."""
-    from forgepatch.fork.init import init
-
     written = init(directory)
     if as_json:
         print_json({"written": [str(p) for p in written]})

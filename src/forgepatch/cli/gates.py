@@ -7,8 +7,19 @@ from typing import Optional
 
 import typer
 
+from forgepatch import progress
+from forgepatch.arch import get_arch
 from forgepatch.cli._options import SOURCE_HELP, arch_option, json_option, markdown_option
 from forgepatch.cli._state import STATE, console, print_json
+from forgepatch.errors import BadInput, Failure
+from forgepatch.gates.diff import diff
+from forgepatch.gates.jitlists import ADMITS, KEYWORD, UNVERIFIED
+from forgepatch.gates.model import NEVER
+from forgepatch.gates.rejecting import rejecting
+from forgepatch.gates.render import (
+    diff_markdown, diff_table, inventory_markdown, inventory_table, jit_lists_table, rejecting_table,
+)
+from forgepatch.gates.service import package_jit_lists, source_inventory
 
 
 def register(app: typer.Typer) -> None:
@@ -26,8 +37,6 @@ def gates(
     package: Optional[str] = typer.Option(None, "--package", help="Another package's JIT arch lists (flashinfer: supported_major_versions=[...]); with --arch, whether each admits ARCH's major."),
 ) -> None:
     """Inventory every arch gate (predicate, capability comparison) with the arches that pass it."""
-    from forgepatch.errors import BadInput, Failure
-
     if as_json and markdown:
         raise BadInput("gates: --json and --markdown are exclusive")
     arch_name = arch  # the registry name (arch_option)
@@ -39,9 +48,6 @@ def gates(
     if rejecting and (arch_name is None or against is not None):
         raise BadInput("gates: --rejecting needs --arch and no --against")
     from pathlib import Path
-
-    from forgepatch import progress
-    from forgepatch.gates.service import source_inventory
 
     # the default pin, a pin name, the upstream package dir of a git source: the matrix
     needs_matrix = source is None or any(s and not s.startswith("pypi:") and not Path(s).exists() for s in (source, against))
@@ -56,8 +62,6 @@ def gates(
         return
     with progress.task(f"reading the gates of {against}"):
         new = source_inventory(against, matrix, memo=not no_cache)
-    from forgepatch.gates.diff import diff
-    from forgepatch.gates.render import diff_markdown, diff_table
 
     result = diff(old, new, arch_name)
     if as_json:
@@ -75,9 +79,6 @@ def gates(
 
 
 def _inventory(inv, arch_name: str | None, as_json: bool, markdown: bool) -> None:
-    from forgepatch.gates.model import NEVER
-    from forgepatch.gates.render import inventory_markdown, inventory_table
-
     selected = [g for g in inv.gates if arch_name is None or g.verdicts.get(arch_name) == NEVER]
     title = f"gates that never pass on {arch_name}" if arch_name else "arch gates"
     if as_json:
@@ -92,13 +93,6 @@ def _inventory(inv, arch_name: str | None, as_json: bool, markdown: bool) -> Non
 
 
 def _jit_lists(source: Optional[str], package: str, arch_name: Optional[str], as_json: bool) -> None:
-    from forgepatch import progress
-    from forgepatch.arch import get_arch
-    from forgepatch.errors import Failure
-    from forgepatch.gates.jitlists import ADMITS, KEYWORD, UNVERIFIED
-    from forgepatch.gates.render import jit_lists_table
-    from forgepatch.gates.service import package_jit_lists
-
     matrix = STATE.matrix() if source is None or not source.startswith("pypi:") else None
     with progress.task(f"reading the JIT arch lists of {source or package}"):
         tree, lists = package_jit_lists(source, matrix, package)
@@ -123,9 +117,6 @@ def _jit_lists(source: Optional[str], package: str, arch_name: Optional[str], as
 
 
 def _rejecting(inv, arch_name: str, as_json: bool) -> None:
-    from forgepatch.gates.rejecting import rejecting
-    from forgepatch.gates.render import rejecting_table
-
     rows = rejecting(inv, arch_name)
     if as_json:
         print_json({"source": inv.source, "version": inv.version, "arch": arch_name,

@@ -9,6 +9,11 @@ import typer
 
 from forgepatch.cli._options import arch_list_option, arch_option, json_option
 from forgepatch.cli._state import STATE, console, print_json
+from forgepatch.errors import BadInput
+from forgepatch.patching.patchset import load_patches, patch_files
+from forgepatch.patching.scaffold import scaffold
+from forgepatch.patching.service import accept_examples, example_runs, lock_patches
+from forgepatch.paths import SHIPPED_MATRIX
 
 patch_app = typer.Typer(rich_markup_mode=None, help="Write, test and list patches.", no_args_is_help=True)
 
@@ -26,11 +31,8 @@ def patch_new(
 ) -> None:
     """Scaffold a declarative patch in ./patches (or --patches DIR), with one example taken
     from a real function (--function NAME [--from SRC]); `patch test PATCH_ID` runs it."""
-    from forgepatch.patching.scaffold import scaffold
-
     pid = patch_id
     library = STATE.patches()
-    from forgepatch.paths import SHIPPED_MATRIX
 
     config = STATE.config()
     beside = config.parent / "patches" if config != SHIPPED_MATRIX else Path("patches")
@@ -62,9 +64,6 @@ def patch_test(
     as_json: bool = json_option("Print one row per example and the counts as JSON."),
 ) -> None:
     """Run the patches' before/after examples (Fixit-style); ends with `N passed, N failed`."""
-    from forgepatch.patching.patchset import load_patches, patch_files
-    from forgepatch.patching.service import accept_examples, example_runs
-
     pdir = STATE.patches()
     patches = load_patches(pdir, ids or list(patch_files(pdir)))
     runs = example_runs(patches)
@@ -101,9 +100,6 @@ def patch_lock(
     """Write or refresh the patches' edit locks (patches/ID.lock): run each arch's series on
     each source and record what each patch changes there as reviewed. Read the diff first
     (`forgepatch apply --diff`); a pin whose series fails for another reason records nothing."""
-    from forgepatch.errors import BadInput
-    from forgepatch.patching.service import lock_patches
-
     if not arches:
         raise BadInput("--arch: give at least one arch whose series to lock")
     matrix = STATE.matrix()
@@ -123,8 +119,6 @@ def patch_lock(
 def patch_list(as_json: bool = json_option()) -> None:
     """List every patch: the shipped ones plus ./patches (or --patches DIR), which add to them
     and override a shipped patch of the same id; ORIGIN says where each comes from."""
-    from forgepatch.patching.patchset import load_patches, patch_files
-
     library = STATE.patches()
     patches = load_patches(library, list(patch_files(library)))
     docs = [{"id": p.id, "origin": p.origin, "summary": p.summary, "arches": list(p.arches),

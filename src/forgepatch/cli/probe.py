@@ -8,6 +8,11 @@ from typing import Optional
 import typer
 
 from forgepatch.cli._options import arch_option, json_option
+from forgepatch.cli._state import console, print_json
+from forgepatch.errors import BadInput, Failure
+from forgepatch.inimage.probe_result import format_summary
+from forgepatch.paths import check_output
+from forgepatch.smoke.runners import probe_command, probe_env, run_local
 
 
 def probe(
@@ -23,11 +28,6 @@ def probe(
     with eager mode. Exit 0 pass, 1 fail, 3 incompatible or no GPU."""
     import sys
 
-    from forgepatch.cli._state import console, print_json
-    from forgepatch.errors import BadInput, Failure
-    from forgepatch.inimage.probe_result import format_summary
-    from forgepatch.smoke.runners import probe_command, probe_env, run_local
-
     if replays < 1:
         raise BadInput(f"--replays must be >= 1 (got {replays})")
     if gpus < 1:
@@ -35,8 +35,6 @@ def probe(
     if timeout <= 0:
         raise BadInput(f"--timeout must be > 0 (got {timeout})")
     if log is not None:
-        from forgepatch.paths import check_output
-
         check_output(log, "--log")
     err = console(stderr=True)
 

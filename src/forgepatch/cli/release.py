@@ -9,6 +9,14 @@ import typer
 
 from forgepatch.cli._options import arch_option, image_option, json_option, ledger_option, markdown_option, pin_option, repo_option
 from forgepatch.cli._state import STATE, console, print_json
+from forgepatch.errors import BadInput, Failure
+from forgepatch.paths import SHIPPED_MATRIX
+from forgepatch.release import evidence
+from forgepatch.release.check import Inputs
+from forgepatch.release.ledger import Ledger
+from forgepatch.release.publish import release
+from forgepatch.release.status import checked
+from forgepatch.release.verify import verify
 
 DEFAULT_RESULTS = Path("smoke-results.json")
 _STYLE = {"released": "green", "recorded": "green", "unchanged": "cyan", "would-release": "yellow",
@@ -18,9 +26,6 @@ _STYLE = {"released": "green", "recorded": "green", "unchanged": "cyan", "would-
 def _ledger(matrix, explicit: Path | None):
     """``--ledger``, else ``[release] ledger`` relative to matrix.toml's directory (the
     working directory when the shipped default matrix is in use)."""
-    from forgepatch.paths import SHIPPED_MATRIX
-    from forgepatch.release.ledger import Ledger
-
     if explicit is not None:
         return Ledger(explicit)
     path = Path(matrix.release.ledger)
@@ -42,11 +47,6 @@ def _release(
     as_json: bool = json_option("One JSON document on stdout."),
 ) -> None:
     """Tag validated combinations: annotated git tag, `validated` image tag, ledger entry."""
-    from forgepatch.errors import BadInput, Failure
-    from forgepatch.release import evidence
-    from forgepatch.release.check import Inputs
-    from forgepatch.release.publish import release
-
     matrix = STATE.matrix()
     if arch is not None:
         matrix.arch(arch)
@@ -109,10 +109,6 @@ def _verify(
     """Re-check a release: ledger, tag, branch commit, image and results must agree."""
     from rich.markup import escape
 
-    from forgepatch.errors import Failure
-    from forgepatch.release import evidence
-    from forgepatch.release.verify import verify
-
     matrix = STATE.matrix(check_patches=False)
     book = _ledger(matrix, ledger)
     report = verify(evidence.open_repo(repo), book, tag, evidence.docker_api, matrix)
@@ -137,10 +133,6 @@ def _status(
     """The compatibility table of released (validated) combinations: pin x arch x profiles.
     The ledger's chain is verified first; a broken one is marked and exits 1."""
     import sys
-
-    from forgepatch.errors import BadInput, Failure
-    from forgepatch.release import evidence
-    from forgepatch.release.status import checked
 
     matrix = STATE.matrix(check_patches=False)
     book = _ledger(matrix, ledger)

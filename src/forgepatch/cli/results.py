@@ -11,6 +11,10 @@ from forgepatch.cli._options import json_option, markdown_out_option, old_spelli
 
 from forgepatch.cli._state import print_json
 from forgepatch.errors import BadInput
+from forgepatch.infra.journal import write_together
+from forgepatch.paths import check_output
+from forgepatch.smoke import report
+from forgepatch.smoke.merge import merge
 
 results_app = typer.Typer(rich_markup_mode=None, help="Work with smoke results files.", no_args_is_help=True)
 
@@ -25,11 +29,6 @@ def merge_cmd(
 ) -> None:
     """Merge shard results into one document; shards of one run come back in the unsharded
     order. Two different results for one job are refused (exit 2)."""
-    from forgepatch.infra.journal import write_together
-    from forgepatch.smoke import report
-    from forgepatch.paths import check_output
-    from forgepatch.smoke.merge import merge
-
     target = check_output(out, "--out", stdout_ok=True)  # None: stdout
     markdown = renamed(markdown, markdown_old, "--markdown", "--markdown-out")
     markdown = check_output(markdown, "--markdown-out") if markdown else None

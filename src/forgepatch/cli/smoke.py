@@ -7,8 +7,13 @@ from typing import List, Optional
 
 import typer
 
+from forgepatch import progress
 from forgepatch.cli._options import arch_option, image_option, json_option, markdown_out_option, old_spelling, pin_option, renamed
 from forgepatch.cli._state import STATE, console, print_json
+from forgepatch.errors import BadInput, Failure
+from forgepatch.infra.journal import write_together
+from forgepatch.paths import check_output
+from forgepatch.smoke import report, service
 
 
 def _sigterm_interrupts() -> None:
@@ -39,12 +44,7 @@ def _smoke(
     as_json: bool = json_option("One JSON document on stdout."),
 ) -> None:
     """Launch arch x pin x profile smoke jobs; triage failures by phase and signature."""
-    from forgepatch.errors import Failure
-    from forgepatch.smoke import report, service
-
     from rich.markup import escape  # job ids, summaries and flags are data, not markup
-
-    from forgepatch.paths import check_output
 
     markdown = renamed(markdown, markdown_old, "--markdown", "--markdown-out")
     for path, flag in ((junit, "--junit"), (markdown, "--markdown-out")):
@@ -76,8 +76,6 @@ def _smoke(
                                      patches=STATE.patches(), builds=builds, on_pull=pulling.event)
     results = doc.jobs
     if junit or markdown:  # both or neither, even across a crash (forgepatch.infra.journal)
-        from forgepatch.infra.journal import write_together
-
         write_together({**({junit: report.to_junit(results)} if junit else {}),
                         **({markdown: report.to_markdown(results)} if markdown else {})}, "smoke reports")
     if as_json:
@@ -112,8 +110,6 @@ class _PullProgress:
             self.progress.stop()
 
     def event(self, image: str, data: dict) -> None:
-        from forgepatch import progress
-
         if not progress.enabled():  # a terminal on stderr and no --json (forgepatch.progress)
             return
         if self.progress is None:
@@ -141,8 +137,6 @@ def _triage(
     as_json: bool = json_option("One JSON document on stdout."),
 ) -> None:
     """Find the last phase reached and the failure signature in an existing log."""
-    from forgepatch.smoke import service
-
     markers = STATE.matrix(check_patches=False).pin(pin)[1].markers if pin else None
     t = service.triage(logfile, markers, context)
     if as_json:
@@ -181,8 +175,6 @@ def _triage(
             out.print(f"note:          line {n['lineno']}: {n['label']}{count}" + (f" ({n['advice']})" if n["advice"] else ""),
                       markup=False)
     if t.verdict != "ok":  # unknown is never ok: unverified exits 1 like a failure
-        from forgepatch.errors import Failure
-
         where = f"{t.log_path}:{t.error_lineno}" if t.error_lineno else f"{t.log_path}"
         raise Failure(f"{where}: {t.summary}" + (f" ({t.advice})" if t.advice else ""))
 
@@ -195,9 +187,6 @@ def _matrix(
     """Emit the smoke job list as a GitHub Actions matrix (for fan-out across runners)."""
     import json
     import sys
-
-    from forgepatch.errors import BadInput
-    from forgepatch.smoke import service
 
     if fmt != "github":
         raise BadInput(f"--format: {fmt!r} is not supported (github)")

@@ -1,7 +1,9 @@
-"""Versioned JSON documents (smoke results, build records): one reader for all of them.
+"""Versioned JSON documents (smoke results, build records, release's pending registry tags):
+one reader for all of them.
 
-Each document names its schema as ``family/N``; a reader accepts its family up to the
-version it knows and refuses anything else with one line naming the file."""
+Each document names its schema as ``family/N`` (under ``schema``, or ``format`` for the
+release records); a reader accepts its family up to the version it knows and refuses
+anything else with one line naming the file."""
 
 from __future__ import annotations
 
@@ -17,20 +19,22 @@ M = TypeVar("M", bound=BaseModel)
 
 
 def read(path: Path | str, data: bytes, *, schema: str, what: str, list_key: str, writer: str,
-         default_schema: str | None = None) -> dict[str, Any]:
-    """Decode ``data`` as a ``what`` of ``schema``'s family (a dict with a ``list_key`` list).
-    ``default_schema`` stands in for a missing ``schema`` key (documents older than it)."""
+         default_schema: str | None = None, key: str = "schema", container: type = list) -> dict[str, Any]:
+    """Decode ``data`` as a ``what`` of ``schema``'s family: a dict naming it under ``key``,
+    with a ``list_key`` of type ``container`` (a list; a dict for a table keyed by name).
+    ``default_schema`` stands in for a missing ``key`` (documents older than it)."""
     family, _, known = schema.rpartition("/")
     try:
         doc = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         why = f"line {exc.lineno}: {exc.msg}" if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
         raise BadInput(f"{path}: not a {what} ({why})") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get(list_key), list):
-        raise BadInput(f"{path}: not a {what} (no '{list_key}' list; write it with `{writer}`)")
+    if not isinstance(doc, dict) or not isinstance(doc.get(list_key), container):
+        kind = "list" if container is list else "table"
+        raise BadInput(f"{path}: not a {what} (no '{list_key}' {kind}; write it with `{writer}`)")
     if default_schema is not None:
-        doc.setdefault("schema", default_schema)
-    got = doc.get("schema", "")
+        doc.setdefault(key, default_schema)
+    got = doc.get(key, "")
     got_family, _, version = str(got).rpartition("/")
     if got_family != family or not version.isdigit():
         raise BadInput(f"{path}: schema {got!r} is not a {what} schema ({family}/N)")

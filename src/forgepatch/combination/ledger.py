@@ -38,6 +38,7 @@ from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_serializer
 
+from forgepatch.combination import release_identity
 from forgepatch.combination.records import AuditSummary
 from forgepatch.combination.results import Toolchain
 
@@ -156,8 +157,6 @@ class LedgerEntry(_Doc):
 
     def identity(self) -> dict[str, Any]:
         """``combination.release_identity`` of this entry."""
-        from forgepatch.combination import release_identity
-
         return release_identity(self.pin, self.arch, self.commit, self.patchset, self.image.id, list(self.profiles))
 
 

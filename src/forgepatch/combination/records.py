@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from forgepatch.combination import PackageIdentity, Upstream, documents
 from forgepatch.errors import BadInput
+from forgepatch.infra.atomic import write_atomic
 
 SCHEMA = "forgepatch.build-record/1"
 
@@ -188,6 +189,4 @@ class BuildRecord(BaseModel):
         return cls.parse(path, data)
 
     def write(self, path: Path) -> None:
-        from forgepatch.infra.atomic import write_atomic
-
         write_atomic(Path(path), self.dumps())

@@ -24,9 +24,10 @@ from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from forgepatch.combination import documents
+from forgepatch.combination import documents, packages_of_labels
 from forgepatch.combination.records import AuditSummary
 from forgepatch.errors import BadInput
+from forgepatch.inimage.signatures import advice
 
 SCHEMA = "forgepatch.smoke-results/2"
 _FAMILY = SCHEMA.rsplit("/", 1)[0]
@@ -85,8 +86,6 @@ def imported_problems(labels: Mapping[str, str], imported: Mapping[str, Imported
     the same, or the job reported nothing): a package the label names that the job's process
     did not find, or found at another version, or at a version it could not read. Packages
     the label does not name are not compared (the image does not claim them)."""
-    from forgepatch.combination import packages_of_labels
-
     if imported is None:
         return []
     try:
@@ -158,8 +157,6 @@ class JobResult(BaseModel):
     @property
     def advice(self) -> str:
         """Field knowledge of the failure's signature (``known issue: ...; workaround: ...``)."""
-        from forgepatch.inimage.signatures import advice
-
         return advice(self.signature) if self.failed else ""
 
     def to_dict(self) -> dict[str, Any]:

@@ -13,14 +13,14 @@ from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
+from forgepatch.paths import cache_dir
+
 _SCHEMA = "CREATE TABLE IF NOT EXISTS memo (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
 
 
 class BlobCache(MutableMapping[str, Any]):
     def __init__(self, path: Path | None = None):
         if path is None:
-            from forgepatch.paths import cache_dir
-
             path = cache_dir("drift") / "memo.sqlite3"
         self.path = Path(path)
         self._mem: dict[str, Any] = {}

@@ -16,10 +16,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from forgepatch import progress
+from forgepatch.arch import get_arch
 from forgepatch.patching.model import FAILED  # statuses that fail a run (exit 1)
 from forgepatch.patching.identity import engine_digest
 from forgepatch.errors import BadInput
+from forgepatch.gates.features import Features, feature_changes
+from forgepatch.gates.render import arches
+from forgepatch.gates.service import tree_inventory
 from forgepatch.infra.gitrepo import GitRepo
+from forgepatch.packages import get, names
+from forgepatch.patching.editset import Edit
+from forgepatch.patching.patchset import load_patches, patch_files
+from forgepatch.patching.series import for_package, load_series, run_series
 
 SHORT = {
     "applied": "applies",
@@ -138,8 +147,6 @@ def select_revs(repo: GitRepo, revs: list[str] | None, since: str | None, every:
 def patch_files_digest(patches_dir, ids: list[str]) -> str:
     """Hash of the patch files of the series (bytes), without loading them (``patches_dir``:
     a ``PatchLibrary`` or a directory; the file the library resolves each id to counts)."""
-    from forgepatch.patching.patchset import patch_files
-
     files = patch_files(patches_dir)
     digest = hashlib.sha256()
     for pid in ids:
@@ -171,9 +178,6 @@ def scan(
 
     ``package``: whose part of the series runs, on that package's directory of ``repo_path``
     (``[packages.NAME] package_dir``; a FlashInfer checkout for ``flashinfer``)."""
-    from forgepatch.arch import get_arch
-    from forgepatch.packages import get, names
-
     arch = get_arch(arch_name)
     info = get(package, matrix)
     if info is None:
@@ -196,7 +200,6 @@ def scan(
         steps = []  # (label, tree, version) for the gate inventories
         report = DriftReport(arch.name, ids, "")
         stats = {"revs": len(trees), "tree_memo_hits": 0, "engine_runs": 0}
-        from forgepatch import progress
 
         for rev, sha, tree in progress.track(trees, f"patching {len(trees)} revision(s) for {arch.name}"):
             version = tree.version()
@@ -232,10 +235,6 @@ def scan(
 
 def gate_steps(steps, patches_dir: Path, ids: list[str], cache) -> list:
     """Feature gate changes between consecutive revisions (forgepatch.gates.features)."""
-    from forgepatch.gates.features import Features, feature_changes
-    from forgepatch.gates.service import tree_inventory
-    from forgepatch.patching.patchset import load_patches
-
     features = Features.of(load_patches(patches_dir, ids))
     return feature_changes([tree_inventory(tree, label, version, cache) for label, tree, version in steps], features)
 
@@ -244,8 +243,6 @@ class _Engine:
     """Lazily loaded patch engine (libcst) for revisions the tree memo cannot answer."""
 
     def __init__(self, matrix, patches_dir: Path, arch, package: str = "sglang"):
-        from forgepatch.patching.series import for_package, load_series, run_series
-
         self._run = run_series
         # drift scans one package's repository: that package's part of the series
         self.series = for_package(load_series(matrix, arch, patches_dir), package, matrix, "--package")
@@ -343,8 +340,6 @@ def edit_set_changes(report: DriftReport) -> list[str]:
     """One line per patch and pair of revisions (in report order) between which the patch's
     edit set changed: the edits that appeared (+) and went (-). Revisions where the patch
     changes nothing (already applied, absorbed, failed) do not break the comparison."""
-    from forgepatch.patching.editset import Edit
-
     out = []
     for pid in report.patch_ids:
         last = None  # (label, digest, edits)
@@ -368,7 +363,6 @@ def _gate_lines(report: DriftReport, markdown: bool) -> list[str]:
     """The gate section: arch sets of the patches' features that changed between revisions."""
     if report.gates is None:
         return []
-    from forgepatch.gates.render import arches
 
     head = "#### arch gates of the patched features" if markdown else "arch gates of the patched features:"
     out = ["", head, ""] if markdown else [head]

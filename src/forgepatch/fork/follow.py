@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from forgepatch.errors import BadInput
+from forgepatch.fork.pins import add_pin
+from forgepatch.patching.service import run_arch
 
 PACKAGE = "sglang"
 
@@ -100,9 +102,7 @@ def _where(patch) -> str:
 def follow(config: Path, library, version: str | None = None) -> FollowReport:
     """Add the newest release (or ``version``) as a pin of ``config`` unless one names it,
     and check every arch's series on it."""
-    from forgepatch.config import load_matrix
-    from forgepatch.fork.pins import add_pin
-    from forgepatch.patching.service import run_arch
+    from forgepatch.config import load_matrix  # heavy: pydantic (the matrix schema)
 
     newest = version or newest_release()
     matrix = load_matrix(config, library)

@@ -29,10 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from forgepatch.combination import Trailer, Upstream, branch_name, pin_identity
-from forgepatch.errors import BadInput
+from forgepatch.errors import BadInput, Failure
 from forgepatch.fork import worktrees
 from forgepatch.infra.gitrepo import GitError, GitRepo, format_trailers, parse_trailers
-from forgepatch import utctime
+from forgepatch import progress, utctime
+from forgepatch.arch import get_arch
+from forgepatch.infra.journal import notify
+from forgepatch.patching.series import for_package, load_series, package_checkout, packages_of, run_series
 
 PREVIOUS_PREFIX = "refs/forgepatch/previous"
 WORKTREES = worktrees.WORKTREES
@@ -132,10 +135,7 @@ def fork(
     patches_dir: Path,
 ) -> ForkResult:
     """Create or refresh ``forgepatch/<arch>/<pin>``; see the module docstring."""
-    from forgepatch.arch import get_arch
-
     arch = get_arch(arch_name)
-    from forgepatch.patching.series import for_package, load_series, packages_of
 
     full = load_series(matrix, arch, patches_dir)
     with GitRepo(repo_path) as repo:
@@ -147,13 +147,10 @@ def fork(
         others = [_package_target(matrix, full, pin, name) for name in packages_of(full) if name != "sglang"]
         # the sglang repository's branch: the sglang part of the series
         series = for_package(full, "sglang", matrix)
-        from forgepatch import progress
 
         # every other package's part first, in memory: a drift there moves no branch at all
         drifted = [_drift_result(t, arch, pin, branch, progress) for t in others]
         if any(d is not None for d in drifted):
-            from forgepatch.patching.series import run_series
-
             with progress.task(f"patching {found.revision[:12]} for {arch.name}"):
                 result = run_series(series, tree, found.version)
             # "held": this part holds, but another package's drifted, so no branch moves
@@ -165,8 +162,6 @@ def fork(
             try:
                 out = _fork_locked(repo, series, tree, found, arch, pin, branch, series.hash, progress)
             except GitError as exc:
-                from forgepatch.errors import Failure
-
                 raise Failure(worktrees.ref_lock_message(repo, exc) or str(exc)) from None
         out.repo = str(repo.root)
     if out.drift:
@@ -188,8 +183,6 @@ class _PackageTarget:
 def _package_target(matrix, full, pin: str, name: str) -> _PackageTarget:
     """Where package ``name``'s fork branch goes (``patching.series.package_checkout``, which
     ``release`` reads too; BadInput, one line, when it cannot)."""
-    from forgepatch.patching.series import for_package, package_checkout
-
     where = package_checkout(matrix, full, pin, name, "fork: ")
     return _PackageTarget(name, where.checkout, where.rev, where.package_dir, for_package(full, name, matrix))
 
@@ -206,8 +199,6 @@ def _package_tree(repo: GitRepo, target: _PackageTarget):
 
 def _drift_result(target: _PackageTarget, arch, pin: str, branch: str, progress) -> ForkResult | None:
     """The package's part of the series run in memory: its drift result, or None."""
-    from forgepatch.patching.series import run_series
-
     with GitRepo(target.checkout, f"packages.{target.name}.repo") as repo:
         tree, found = _package_tree(repo, target)
         with progress.task(f"patching {target.name} {found.revision[:12]} for {arch.name}"):
@@ -226,8 +217,6 @@ def _fork_package(target: _PackageTarget, arch, pin: str, branch: str, progress)
             try:
                 out = _fork_locked(repo, target.series, tree, found, arch, pin, branch, target.series.hash, progress)
             except GitError as exc:
-                from forgepatch.errors import Failure
-
                 raise Failure(worktrees.ref_lock_message(repo, exc) or str(exc)) from None
         out.package, out.repo = target.name, str(repo.root)
         return out
@@ -236,9 +225,6 @@ def _fork_package(target: _PackageTarget, arch, pin: str, branch: str, progress)
 def _fork_locked(repo: GitRepo, series, tree, found: Upstream, arch, pin: str, branch: str, patchset: str,
                  progress) -> ForkResult:
     """The fork under the repository's lock: first remove what a killed run left."""
-    from forgepatch.infra.journal import notify
-    from forgepatch.patching.series import run_series
-
     upstream, version = found.revision, found.version
     left = worktrees.prune_leftovers(repo)
     if left:

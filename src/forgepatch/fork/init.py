@@ -15,6 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from forgepatch.errors import BadInput, Failure
+from forgepatch.infra import journal
+from forgepatch.paths import SHIPPED_DOCKERFILE, SHIPPED_MATRIX, check_path
 
 PATCHES_README = """\
 # patches/: this fork's own patches
@@ -31,8 +33,6 @@ matrix.toml. See "Write your own patch" in forgepatch's README.
 
 def plan(dest: Path) -> dict[Path, bytes]:
     """target file -> its content."""
-    from forgepatch.paths import SHIPPED_DOCKERFILE, SHIPPED_MATRIX
-
     for shipped, what in ((SHIPPED_MATRIX, "matrix.toml"), (SHIPPED_DOCKERFILE, "Dockerfile")):
         if not shipped.is_file():
             raise Failure(f"init: the shipped {what} is missing ({shipped})")
@@ -47,13 +47,10 @@ def init(dest: Path) -> list[Path]:
     """Scaffold ``dest``; returns the files written."""
     import os
 
-    from forgepatch.paths import check_path
-
     dest = check_path(Path(dest), "--dir", "dir")
     if not os.access(dest, os.W_OK) or dest.resolve().parts[1:2] in (("proc",), ("sys",), ("dev",)):
         raise BadInput(f"--dir: {dest} is not a writable directory")
     files = plan(dest)
-    from forgepatch.infra import journal
 
     with journal.open_tree(dest, "init", write=True):
         existing = [str(p.relative_to(dest)) for p in files if p.exists() or p.is_symlink()]

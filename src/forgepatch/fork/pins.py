@@ -16,8 +16,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from forgepatch.errors import BadInput
+from forgepatch import srcspec
+from forgepatch.errors import BadInput, located
+from forgepatch.infra import registry
+from forgepatch.infra.gitrepo import GitRepo
+from forgepatch.infra.journal import STATE_DIR, commit, open_tree, recover_tree
+from forgepatch.infra.refs import parse
+from forgepatch.infra.tomlfile import key_line
+from forgepatch.paths import SHIPPED_MATRIX, find_config
+from forgepatch.sources import pypi_wheel as cached_wheel, wheel_sha256 as digest
 from forgepatch.srcspec import NAME_RULE  # noqa: F401 - the rule lives with its check (srcspec)
+from forgepatch.wheels import release_wheels
 
 
 @dataclass
@@ -36,11 +45,6 @@ class PinRow:
 def editable_config(explicit: Path | None) -> Path:
     """The matrix.toml ``pin add`` may edit: ``--config`` or ``./matrix.toml``, never the
     copy shipped inside the package."""
-    from forgepatch.paths import SHIPPED_MATRIX
-
-    from forgepatch.infra.journal import recover_tree
-    from forgepatch.paths import find_config
-
     path = explicit if explicit is not None else (find_config() or Path("matrix.toml"))
     recover_tree(path.parent)  # an interrupted init / pin add there is finished (or undone) first
     if not path.is_file():
@@ -53,8 +57,6 @@ def editable_config(explicit: Path | None) -> Path:
 # -- resolving -----------------------------------------------------------------------------
 def resolve_rev(repo_path: Path, rev: str, package_dir: str) -> tuple[str, str | None]:
     """(full SHA, package version at that commit or None)."""
-    from forgepatch.infra.gitrepo import GitRepo
-
     with GitRepo(repo_path) as repo:
         sha = repo.resolve(rev)
         try:
@@ -66,8 +68,6 @@ def resolve_rev(repo_path: Path, rev: str, package_dir: str) -> tuple[str, str |
 
 def pypi_wheel(version: str) -> Path:
     """The ``sglang==version`` wheel in the cache (``forgepatch.sources``), errors as ``--pypi``."""
-    from forgepatch.sources import pypi_wheel as cached_wheel
-
     try:
         return cached_wheel(version)
     except BadInput as exc:
@@ -75,16 +75,12 @@ def pypi_wheel(version: str) -> Path:
 
 
 def wheel_sha256(version: str) -> str:
-    from forgepatch.sources import wheel_sha256 as digest
-
     return digest(pypi_wheel(version))
 
 
 def pypi_entry(version: str) -> dict:
     """What a PyPI pin records: the version, this host's wheel's sha256, and the sha256 of
     every wheel of the release by tag (``wheels``)."""
-    from forgepatch.wheels import release_wheels
-
     return {"pypi": version, "sha256": wheel_sha256(version), "wheels": release_wheels(version)}
 
 
@@ -94,7 +90,7 @@ def update_pin(config: Path, name: str) -> PinRow:
     (default: the current directory), with the version found there."""
     import tomlkit
 
-    from forgepatch.config import load_matrix
+    from forgepatch.config import load_matrix  # heavy: pydantic (the matrix schema)
 
     matrix = load_matrix(config)
     if name not in matrix.pins:
@@ -131,13 +127,12 @@ def add_pin(
     """Resolve and append ``[pins.NAME]`` to ``config``; BadInput if NAME exists."""
     import tomlkit
 
-    from forgepatch.config import load_matrix
+    from forgepatch.config import load_matrix  # heavy: pydantic (the matrix schema)
 
     if (rev is None) == (pypi is None):
         raise BadInput("pin add: give exactly one of --rev REV or --pypi VERSION")
     if repo is not None and pypi is not None:
         raise BadInput("--repo: only with --rev (a --pypi pin is read from PyPI)")
-    from forgepatch import srcspec
 
     try:
         srcspec.check_name(name, "pin add: invalid pin name")
@@ -216,8 +211,7 @@ class ConfigEdit:
 
     def write(self, text: str) -> None:
         """Validate ``text`` as a matrix, then replace the file through the journal."""
-        from forgepatch.config import load_matrix
-        from forgepatch.infra.journal import STATE_DIR, commit
+        from forgepatch.config import load_matrix  # heavy: pydantic (the matrix schema)
 
         state = self.config.parent / STATE_DIR
         check = state / "validate" / self.config.name  # in the state dir: recovery removes it
@@ -236,8 +230,6 @@ def config_edit(config: Path, what: str) -> Iterator[ConfigEdit]:
     """Hold the lock of ``config``'s directory (``journal.open_tree``: waits for a concurrent
     edit, ``FORGEPATCH_LOCK_TIMEOUT``; completes an interrupted one first) for a read of the
     file, an edit and its write: every edit of matrix.toml goes through here."""
-    from forgepatch.infra.journal import open_tree
-
     config = Path(config).resolve()
     with open_tree(config.parent, what, write=True):
         yield ConfigEdit(config, what)
@@ -278,10 +270,7 @@ def pin_base(config: Path, arch: str, image: str | None = None) -> BasePin:
     kept; validated, then written atomically). A base given by digest is left as it is."""
     import tomlkit
 
-    from forgepatch.infra import registry
-    from forgepatch.infra.refs import parse
-    from forgepatch.config import load_matrix, key_line
-    from forgepatch.errors import located
+    from forgepatch.config import load_matrix  # heavy: pydantic (the matrix schema)
 
     matrix = load_matrix(config)
     cfg = matrix.arch(arch)

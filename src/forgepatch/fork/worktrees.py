@@ -22,6 +22,7 @@ import shlex
 import shutil
 from pathlib import Path
 
+from forgepatch.arch import ARCHES
 from forgepatch.infra.gitrepo import GitError, GitRepo
 
 WORKTREES = "forgepatch-worktrees"
@@ -58,8 +59,6 @@ def _initializing(entry: Path) -> bool:
 
 def _our_name(name: str) -> bool:
     """An id ``git worktree add`` gave one of our worktrees (``slug()``, maybe numbered)."""
-    from forgepatch.arch import ARCHES
-
     return any(name.startswith(f"{arch}-") for arch in ARCHES)
 
 

@@ -11,6 +11,7 @@ import posixpath
 import re
 from dataclasses import dataclass
 
+from forgepatch.gates.bindings import statements
 from forgepatch.gates.scan import SourceFile
 
 _IDENT = re.compile(r"^[A-Za-z_]\w*$")
@@ -84,8 +85,6 @@ class Index:
             self._self_assignments(file, cls, node)
 
     def _self_assignments(self, file: str, cls: str, body_owner) -> None:
-        from forgepatch.gates.bindings import statements
-
         for sub in statements(body_owner):
             if isinstance(sub, (ast.Assign, ast.AnnAssign)) and sub.value is not None:
                 targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from forgepatch.gates.diff import Change, GateDiff
 from forgepatch.gates.model import NEVER, Gate, Inventory
+from forgepatch.gates.rejecting import groups
 
 
 def arches(gate: Gate | None) -> str:
@@ -116,8 +117,6 @@ def diff_table(d: GateDiff, console) -> None:
 
 def rejecting_table(rows, arch: str, console) -> None:
     """``gates --arch A --rejecting``: one block per (feature, file), rows by line."""
-    from forgepatch.gates.rejecting import groups
-
     if not rows:
         console.print(f"no gate keeps {arch} out")
         return

@@ -9,14 +9,19 @@ import json
 import time
 from pathlib import Path
 
+from forgepatch import arch, gates
+from forgepatch.errors import BadInput
 from forgepatch.gates.inventory import inventory, inventory_files
+from forgepatch.gates.jitlists import scan
 from forgepatch.gates.model import Inventory
+from forgepatch.infra.atomic import write_atomic
+from forgepatch.packages import get
+from forgepatch.paths import cache_dir
+from forgepatch.sources import resolve_source
 
 
 def code_digest() -> str:
     """Hash of the gates package's own code: a new analysis invalidates the memo."""
-    from forgepatch import arch, gates
-
     digest = hashlib.sha256()
     for path in sorted(Path(gates.__file__).parent.glob("*.py")) + [Path(arch.__file__)]:
         digest.update(path.name.encode() + path.read_bytes())
@@ -24,8 +29,6 @@ def code_digest() -> str:
 
 
 def _memo_path(key: str) -> Path:
-    from forgepatch.paths import cache_dir
-
     return cache_dir("gates") / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
 
 
@@ -40,15 +43,11 @@ def _load(key: str) -> Inventory | None:
 
 
 def _store(key: str, inv: Inventory) -> None:
-    from forgepatch.infra.atomic import write_atomic
-
     write_atomic(_memo_path(key), json.dumps(inv.to_json()))
 
 
 def source_inventory(spec: str | None, matrix=None, memo: bool = True) -> Inventory:
     """The inventory of SRC (None: the matrix's default pin)."""
-    from forgepatch.sources import resolve_source
-
     started = time.perf_counter()
     tree = resolve_source(spec, matrix)
     key = f"{tree.label}\0{tree.revision}\0{code_digest()}" if tree.kind in ("pypi", "git") and tree.revision else None
@@ -81,11 +80,6 @@ def tree_inventory(tree, label: str, version: str | None, memo: dict | None = No
 def package_jit_lists(spec: str | None, matrix, package: str):
     """The JIT arch lists (``gates.jitlists``) of ``package`` (not sglang): from SRC, else the
     matrix's default pin's ``[pins.PIN.packages.NAME]`` release of it. Returns (tree, lists)."""
-    from forgepatch.errors import BadInput
-    from forgepatch.gates.jitlists import scan
-    from forgepatch.packages import get
-    from forgepatch.sources import resolve_source
-
     info = get(package, matrix)
     if info is None or package == "sglang":
         raise BadInput(f"--package: {package!r} is not a package besides sglang this run knows "

@@ -27,9 +27,10 @@ from typing import Any, BinaryIO, Callable, Iterable
 from forgepatch.arch import Arch, compatibility, target_runs_on
 from forgepatch.errors import BadInput
 from forgepatch.images.fatbin import Entry, FatbinError, is_elf, read_fatbins, target_sort_key
-from forgepatch.images.image_files import is_shared_object_name
+from forgepatch.images.image_files import ImageFiles, ImportPaths, is_shared_object_name
 from forgepatch.images.jit_audit import Collector, JitAudit, judge as judge_jit
 from forgepatch.gates.jitlists import REJECTS, UNVERIFIED
+from forgepatch.infra import dockerapi
 from forgepatch.packages import KNOWN
 
 JIT_PACKAGE = KNOWN["flashinfer"]  # the package whose JIT arch lists the audit reads
@@ -253,9 +254,6 @@ def audit_image(image: str, arch: Arch, strict: bool = False, progress: Progress
     """Audit the shared objects where ``image``'s ``python3`` imports from (its Python
     environments and the directories their ``.pth`` files add), and FlashInfer's JIT lists
     there (nothing runs inside)."""
-    from forgepatch.infra import dockerapi
-    from forgepatch.images.image_files import ImageFiles, ImportPaths
-
     api = api or dockerapi.api()
     started = time.perf_counter()
     stats = _new_stats()

@@ -20,8 +20,13 @@ from forgepatch.arch import ARCHES
 from forgepatch.errors import BadInput
 from forgepatch.combination import LABEL, LABEL_ARG, content_ref, image_tag
 from forgepatch.combination.bakefile import BakeTarget
+from forgepatch.images.base_facts import read_base
+from forgepatch.images.platforms import check_base_platform
+from forgepatch.images.prepare import prepare, resolve_target
 from forgepatch.infra.refs import repository
 from forgepatch.images.spec import ImageSpec
+from forgepatch.infra.atomic import write_atomic
+from forgepatch.infra.dockerapi import api as connect
 
 NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 TARGET_KEYS = set(BakeTarget.model_fields)
@@ -113,8 +118,6 @@ def validate(doc: Any, base_dir: Path) -> list[str]:
 
 def write_bake(doc: dict[str, Any], out: Path) -> None:
     """Validate, then write atomically (temp file + rename)."""
-    from forgepatch.infra.atomic import write_atomic
-
     out = Path(out).absolute()
     problems = validate(doc, out.parent)
     if problems:
@@ -134,8 +137,6 @@ def bake_matrix(
     directory; the caller prints it). A base image the local engine has is read as ``build``
     reads it (its wheel of the pin, its platform = ``platform``); one it lacks is said through
     ``on_warning``: its target overlays the ``.py`` files of this host's wheel."""
-    from forgepatch.images.prepare import prepare, resolve_target
-
     facts: dict[str, Any] = {}
 
     base = Path(out).absolute().parent if out is not None else Path.cwd()
@@ -174,10 +175,6 @@ def bake_matrix(
 def local_base(ref: str, platform: str | None):
     """The base image's facts (``base_facts.read_base``) when the local engine has it (its
     platform checked against ``platform``); None when the engine is down or lacks it."""
-    from forgepatch.images.base_facts import read_base
-    from forgepatch.images.platforms import check_base_platform
-    from forgepatch.infra.dockerapi import api as connect
-
     try:
         api = connect()
         inspect = api.inspect_image(ref)

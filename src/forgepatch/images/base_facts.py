@@ -15,6 +15,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Iterable
 
 from forgepatch.errors import BadInput
+from forgepatch.images.platforms import MACHINES, engine_platform, image_platform
+from forgepatch.infra.atomic import write_atomic
+from forgepatch.paths import cache_dir
 
 # argv[1]: JSON [[name, distribution, import name], ...]; one JSON line out
 SCRIPT = ("import json, os, platform, site, sys, sysconfig\n"
@@ -75,9 +78,6 @@ class Wanted:
 
 def read_base(api, ref: str, image_id: str, python: str = "python3",
               packages: Iterable[Wanted] = ()) -> BaseFacts:
-    from forgepatch.infra.atomic import write_atomic
-    from forgepatch.paths import cache_dir
-
     probe = [["sglang", "sglang", "sglang"]] + [[w.name, w.dist, w.import_name] for w in packages if w.name != "sglang"]
     arg = json.dumps(probe, sort_keys=True)
     key = hashlib.sha256((SCRIPT + FILES_READER + arg).encode()).hexdigest()[:12]  # another probe: another record
@@ -86,7 +86,6 @@ def read_base(api, ref: str, image_id: str, python: str = "python3",
         return BaseFacts.from_json(json.loads(memo.read_text()))
     except (OSError, ValueError, TypeError, KeyError):
         pass
-    from forgepatch.images.platforms import MACHINES, engine_platform, image_platform
 
     platform = image_platform(api.inspect_image(image_id))
     if platform != engine_platform(api) and platform in MACHINES:  # its python3 would need emulation

@@ -20,7 +20,9 @@ from forgepatch.infra.dockerapi import api as connect
 from forgepatch.infra.dockerapi import repo_digest
 from forgepatch.infra.refs import split_tag
 from forgepatch.errors import BadInput, Failure
+from forgepatch.images.platforms import image_platform
 from forgepatch.images.spec import ImageSpec
+from forgepatch.infra.atomic import write_atomic
 STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
 TAIL_LINES = 15
 
@@ -141,8 +143,6 @@ def build_image(
 ) -> BuildResult:
     """Build (or find) the image for ``spec``. ``force`` rebuilds without the layer cache.
     ``platform`` (``linux/arm64``): the engine builds for it (the base must be of it)."""
-    from forgepatch.images.platforms import image_platform
-
     emit = on_event or (lambda kind, data: None)
     started = time.perf_counter()
     api = api or connect()
@@ -264,8 +264,6 @@ def _take_line(line: str, lines: list[str], steps: list[Step], emit: Event) -> N
 
 
 def _write_log(path: Path | None, lines: list[str]) -> None:
-    from forgepatch.infra.atomic import write_atomic
-
     if path is None:
         return
     try:

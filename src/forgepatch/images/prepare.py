@@ -17,7 +17,13 @@ from forgepatch.errors import BadInput, Failure
 from forgepatch.images.base_facts import BaseFacts, Wanted
 from forgepatch.images.context import BuildContext, OtherPackage, assemble, check_dest, secret_values
 from forgepatch.images.spec import ImageSpec, SourceFacts
+from forgepatch.packages import get
+from forgepatch.patching.patchset import patchset_hash
+from forgepatch.patching.series import load_series, packages_of, pin_package_tree
+from forgepatch.patching.service import run_arch
 from forgepatch.paths import COPY_DOCKERFILE, IMAGE_INSTALLER, PACKAGE_DIR, SHIPPED_DOCKERFILE, cache_dir
+from forgepatch.sources import complete_tree, pin_name, resolve_source, wheel_dist_info, wheel_package_tree
+from forgepatch.wheels import base_wheel, check_pin
 
 
 @dataclass
@@ -39,8 +45,6 @@ def resolve_target(
     matrix, arch_name: str, *, pin: str | None = None, source: str | None = None, base_image: str | None = None
 ) -> Target:
     """Validate the request against matrix.toml (BadInput names the key)."""
-    from forgepatch.sources import pin_name
-
     arch = get_arch(arch_name)
     cfg = matrix.arch(arch.name)
     named = pin_name(source, matrix) if source is not None else None
@@ -127,22 +131,11 @@ def prepare(target: Target, matrix, patches_dir: Path, context_dir: Path | None 
     COPY-only Dockerfile, told where the package goes (``copy_destinations``)."""
     dest = context_dir or default_context_dir(target.pin, target.arch.name)
     check_dest(dest)
-    try:
-        from forgepatch.patching.series import load_series, packages_of
-        from forgepatch.patching.service import run_arch
-    except ImportError as exc:
-        raise Failure(f"the patch engine is not available in this build of forgepatch: {exc}") from exc
-    from forgepatch.packages import get
-    from forgepatch.patching.patchset import patchset_hash
-    from forgepatch.sources import resolve_source
-
     series = load_series(matrix, target.arch, patches_dir)
     tree = base_tree(target, matrix, base) if base is not None else None
     if tree is None:
         tree = resolve_source(target.source, matrix)
         if target.pin in matrix.pins and target.source == matrix.pins[target.pin].source:
-            from forgepatch.wheels import check_pin
-
             check_pin(target.pin, matrix.pins[target.pin], tree)  # the wheel is the one the pin records
     upstream = Upstream.of_source(tree)
     check_source_is_pin(target, upstream, tree.label)
@@ -218,8 +211,6 @@ def base_tree(target: Target, matrix, base: BaseFacts):
     pin = matrix.pins.get(target.pin)
     if pin is None or not pin.pypi or target.source != pin.source:
         return None
-    from forgepatch.sources import wheel_package_tree
-    from forgepatch.wheels import base_wheel
 
     _tag, wheel, sha = base_wheel(target.pin, pin, base.python, base.machine, base.glibc, target.base_image)
     return wheel_package_tree(wheel, pin.pypi, sha)
@@ -230,10 +221,6 @@ def package_tree(matrix, target: Target, series, name: str):
     (:func:`forgepatch.patching.series.pin_package_tree`, the one reader of package pins), as
     a complete package (``sources.complete_tree``: every file of that very wheel, or of the
     pin's git revision), not only its ``.py`` files."""
-    from forgepatch.packages import get
-    from forgepatch.patching.series import pin_package_tree
-    from forgepatch.sources import complete_tree
-
     src = pin_package_tree(matrix, target.pin, series, name, "build")
     return complete_tree(src, get(name, matrix))
 
@@ -244,8 +231,6 @@ def dist_info(src) -> dict[str, bytes]:
     installed where the image lacks that distribution; none for a git revision or directory."""
     if src.kind != "pypi" or src.origin is None:
         return {}
-    from forgepatch.sources import wheel_dist_info
-
     top, files = wheel_dist_info(src.origin)
     return {f"{top}/{rel}": data for rel, data in files.items()}
 

@@ -20,7 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ContextManager
 
-from forgepatch.images.prepare import Target
+from forgepatch.images.base_facts import check_base, read_base
+from forgepatch.images.build import BuildFailed, base_image_id, build_image, connect
+from forgepatch.images.platforms import check_base_platform, check_platform, engine_platform, image_platform
+from forgepatch.images.prepare import Target, default_context_dir, prepare
+from forgepatch.paths import check_output
 
 
 class Ui:
@@ -78,19 +82,13 @@ class Built:
 
 def build(req: BuildRequest, ui: Ui | None = None) -> Built:
     """Build (or find) the image of ``req.target``; see the module doc for the steps."""
-    from forgepatch.images import ship
-    from forgepatch.images.base_facts import check_base, read_base
-    from forgepatch.images.build import BuildFailed, base_image_id, build_image, connect
-    from forgepatch.images.platforms import check_base_platform, check_platform, engine_platform, image_platform
-    from forgepatch.images.prepare import default_context_dir, prepare
+    from forgepatch.images import ship  # heavy: pydantic (the build record)
 
     ui = ui or Ui()
     target, platform = req.target, req.platform
     if platform is not None:
         platform = check_platform(platform)
     if req.record is not None:
-        from forgepatch.paths import check_output
-
         check_output(req.record, "--record")
         ship.check_record_path(req.record)
     api = connect()  # fail fast, before patching: engine down / base image missing -> exit 2

@@ -11,9 +11,13 @@ from typing import Any, Callable
 
 from forgepatch.combination import LABEL, packages_of_labels
 from forgepatch.combination.records import AuditSummary, Build, BuildRecord, PackageBuild
-from forgepatch.infra.refs import ImageRef, parse
+from forgepatch.infra.refs import ImageRef, is_digest_ref, parse, split_tag
 from forgepatch.errors import BadInput, Failure
 from forgepatch import utctime
+from forgepatch.images.audit import audit_image
+from forgepatch.images.build import BuildResult, base_image_id, find_cached
+from forgepatch.images.platforms import image_platform
+from forgepatch.infra import registry
 
 Event = Callable[[str, dict[str, Any]], None]
 
@@ -26,8 +30,6 @@ def push_repo(repo: str) -> ImageRef:
 def preflight_push(repo: str) -> ImageRef:
     """Before anything is built: the image repo parses, its registry answers and takes the
     Docker config's credentials (BadInput, one line, otherwise)."""
-    from forgepatch.infra import registry
-
     ref = push_repo(repo)
     try:
         registry.check_access(ref)
@@ -41,8 +43,6 @@ def preflight_push(repo: str) -> ImageRef:
 
 def audit(api, result, arch, strict: bool = False, on_event: Event | None = None) -> AuditSummary:
     """The kernel audit of the built image for its arch (``images.audit``)."""
-    from forgepatch.images.audit import audit_image
-
     report = audit_image(result.image_id, arch, strict, on_event, api=api)
     return AuditSummary.of(report)
 
@@ -70,9 +70,6 @@ def registry_hit(api, spec):
     None when the engine has the image (the local cache decides) or the registry lacks it."""
     import time
 
-    from forgepatch.infra import registry
-    from forgepatch.images.build import BuildResult, base_image_id, find_cached
-
     started = time.perf_counter()
     base_id = base_image_id(api, spec.base_image)
     if find_cached(api, spec, base_id):
@@ -84,7 +81,6 @@ def registry_hit(api, spec):
     if labels.get(LABEL["context_hash"]) != spec.content_hash or labels.get(LABEL["base_image_id"]) != base_id:
         return None
     seconds = time.perf_counter() - started
-    from forgepatch.images.platforms import image_platform
 
     return BuildResult(found.image_id, [spec.tag, spec.moving_tag], spec.content_hash, True, seconds, spec.arch.name,
                        spec.pin, spec.base_image, labels, [], None, spec.context.root, digest=found.digest_ref,
@@ -95,9 +91,6 @@ def registry_hit(api, spec):
 def fetch(api, result, on_event: Event | None = None) -> None:
     """Pull a registry hit by digest and give it its local tags (for the audit, which reads
     the image through this engine)."""
-    from forgepatch.infra import registry
-    from forgepatch.infra.refs import split_tag
-
     image_id = registry.pull(api, parse(result.digest, "digest"), on_event)
     if image_id != result.image_id:
         raise Failure(f"pulled {result.digest} as image {image_id[:19]}, the registry's config says {result.image_id[:19]}")
@@ -108,8 +101,6 @@ def fetch(api, result, on_event: Event | None = None) -> None:
 
 def push(api, result, on_event: Event | None = None):
     """Push the content-addressed tag (a remote no-op when the registry has that content)."""
-    from forgepatch.infra import registry
-
     base_id = result.labels.get(LABEL["base_image_id"])
     same = {LABEL["context_hash"]: result.content_hash, LABEL["base_image_id"]: base_id}
     return registry.push(api, result.image_id, result.tags[0], same, on_event)
@@ -137,8 +128,6 @@ def moving_base(api, base_image: str) -> str | None:
     """A warning when the base image is named by a tag although it came from a registry (it
     has a registry digest): the same pin and patches may build on other bytes tomorrow. A
     base made locally (no registry digest) has nothing to pin."""
-    from forgepatch.infra.refs import is_digest_ref
-
     if is_digest_ref(base_image):
         return None
     try:

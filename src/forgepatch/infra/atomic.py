@@ -8,11 +8,28 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
+import threading
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
-from forgepatch.infra.journal import uninterrupted
+
+@contextmanager
+def uninterrupted() -> Iterator[None]:
+    """Hold off SIGINT/SIGTERM/SIGHUP (Ctrl-C, a stop) while a few renames run: a signal that
+    arrives meanwhile is delivered when they are done. Clean-up code run by an interrupt can
+    then never see (and delete) a half-swapped state; a SIGKILL is left to the journal."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def _default_mode() -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from forgepatch.errors import BadInput
 from forgepatch.infra.refs import repository
 
 ENGINE_HINT = (
@@ -22,8 +23,6 @@ def host() -> str:
 def client(timeout: int = 600) -> Any:
     """A ``docker.DockerClient`` for the engine of ``$DOCKER_HOST`` (the SDK's defaults),
     pinged; BadInput with how to start it when it does not answer."""
-    from forgepatch.errors import BadInput
-
     try:
         import docker
     except ImportError as exc:  # pragma: no cover - docker is a dependency

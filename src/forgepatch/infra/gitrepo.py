@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from forgepatch.errors import BadInput, Failure
+from forgepatch.infra.journal import notify
 
 LOCK_NAME = "forgepatch.lock"
 # a top-level literal only (newer version.py files hold an indented "0.0.0.dev0" fallback)
@@ -291,8 +292,6 @@ class GitRepo:
 
         stale = self.clear_stale_ref_lock(f"refs/tags/{name}")
         if stale:
-            from forgepatch.infra.journal import notify
-
             notify(stale)
         with tempfile.NamedTemporaryFile("w", encoding="utf-8", suffix=".msg", delete=False) as fh:
             fh.write(message)

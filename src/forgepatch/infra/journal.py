@@ -41,7 +41,9 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from forgepatch import envsettings
+from forgepatch.infra.atomic import uninterrupted, write_atomic
 from forgepatch.errors import BadInput, Failure
+from forgepatch.paths import cache_dir
 
 STATE_DIR = ".forgepatch"
 LOCK = "lock"
@@ -69,25 +71,6 @@ def lock_timeout(default: float | None = None) -> float:
 
         setting = replace(setting, default=default)
     return setting.read()
-
-
-@contextmanager
-def uninterrupted() -> Iterator[None]:
-    """Hold off SIGINT/SIGTERM/SIGHUP (Ctrl-C, a stop) while a few renames run: a signal that
-    arrives meanwhile is delivered when they are done. Clean-up code run by an interrupt can
-    then never see (and delete) a half-swapped state; a SIGKILL is left to the journal."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 WAIT_NOTICE_AFTER = 1.0  # seconds a lock is waited for before saying so (once)
@@ -237,8 +220,6 @@ class TreeLock:
 def lock_file_for(path: Path) -> Path:
     """Where the lock of a shared file lives: the user cache dir, keyed by the file's
     resolved path (never beside the file: a ledger directory is committed to git)."""
-    from forgepatch.paths import cache_dir
-
     key = sha256(str(Path(path).resolve()).encode())[:32]
     return cache_dir("locks") / f"{key}.lock"
 
@@ -729,8 +710,6 @@ def recover_tree(root: Path) -> None:
 def write_together(files: dict[Path, bytes | str], what: str) -> None:
     """Write several files (reports, results) all or none, like ``write_files``: the
     journal lives in their common directory. One file is a plain atomic write."""
-    from forgepatch.infra.atomic import write_atomic
-
     items = {Path(p).resolve(): (d.encode("utf-8") if isinstance(d, str) else d) for p, d in files.items()}
     for path in items:
         path.parent.mkdir(parents=True, exist_ok=True)

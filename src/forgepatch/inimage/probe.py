@@ -25,8 +25,9 @@ from typing import Any, NoReturn, Sequence
 
 from forgepatch import arch as archmod
 from forgepatch.errors import BadInput
-from forgepatch.inimage import imported, toolchain
+from forgepatch.inimage import imported, probe_checks, toolchain
 from forgepatch.inimage.harness import RankGroup, log_line, rank_check_result, run_check
+from forgepatch.inimage.probe_checks import NCCL_SAFE_ENV
 from forgepatch.inimage.probe_result import (
     EXIT_CODES, FAIL, INCOMPATIBLE, NO_GPU, PASS, CheckResult, aggregate_verdict,
     assess_devices, build_document, format_summary,
@@ -107,8 +108,6 @@ def run_probe(args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
     With ``--gpus N >= 2`` the rank processes are spawned before anything else, so their
     ``import torch`` overlaps the parent's and the local checks; they are stopped if the probe
     ends early (no GPU, incompatible, bad input)."""
-    from forgepatch.inimage.probe_checks import NCCL_SAFE_ENV
-
     for key, value in NCCL_SAFE_ENV.items():
         os.environ.setdefault(key, value)
     timings: dict[str, float] = {}
@@ -133,8 +132,6 @@ def run_probe(args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
         return build_document(verdict=verdict, reason=reason, checks=checks, timings=timings,
                               seconds=timings["total_s"], **doc_args), hung
 
-    from forgepatch.inimage import probe_checks
-
     group = None
     if args.gpus >= 2:  # spawn the ranks first: their torch import overlaps the parent's
         group = RankGroup("allreduce", probe_checks.allreduce_rank, args.gpus,
@@ -149,8 +146,6 @@ def run_probe(args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
 
 def _run_checks(args: argparse.Namespace, group: RankGroup | None, finish: Any,
                 doc_args: dict[str, Any], timings: dict[str, float]) -> tuple[dict[str, Any], bool]:
-    from forgepatch.inimage import probe_checks
-
     log_line(phase="import", check="torch", begin=True)
     t0 = time.monotonic()
     try:

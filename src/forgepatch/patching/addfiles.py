@@ -18,7 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from forgepatch.errors import BadInput
+from forgepatch.patching.filesite import RAW, close_paths, site_result
 from forgepatch.patching.model import Location, SiteResult, Status
+from forgepatch.patching.patchkeys import one_bool, one_str
+from forgepatch.patching.textpatch import _rel_path
 
 MAX_FILES = 10_000
 
@@ -46,16 +49,13 @@ class AddFiles:
 
     @staticmethod
     def parse_site(table: dict[str, Any], where: str, path: Path | None) -> AddSite:
-        from forgepatch.patching import patchset as ps
-        from forgepatch.patching.textpatch import _rel_path
-
         if "to" not in table:
             raise ValueError(f"{where}.to: missing (the package-relative directory the files go to)")
-        to = _rel_path(ps._str(table["to"], f"{where}.to", empty=False).rstrip("/"), f"{where}.to")
-        create = ps._bool(table.get("create"), f"{where}.create", False)
+        to = _rel_path(one_str(table["to"], f"{where}.to", empty=False).rstrip("/"), f"{where}.to")
+        create = one_bool(table.get("create"), f"{where}.create", False)
         if path is None:
             raise ValueError(f"{where}.from: an add-files patch is a file (its files lie next to it)")
-        name = _rel_path(ps._str(table.get("from", f"{path.stem}.files"), f"{where}.from", empty=False), f"{where}.from")
+        name = _rel_path(one_str(table.get("from", f"{path.stem}.files"), f"{where}.from", empty=False), f"{where}.from")
         root = path.parent / name
         if root.is_symlink() or not root.is_dir():
             raise ValueError(f"{where}.from: {root} is not a directory next to the patch")
@@ -63,8 +63,6 @@ class AddFiles:
 
     @staticmethod
     def run_site(run, name: str, spec: AddSite) -> SiteResult:
-        from forgepatch.patching.filepatch import RAW, close_paths, site_result
-
         paths = run.paths()
         if not spec.create and not any(p.startswith(spec.to + "/") for p in paths):
             dirs = sorted({posixpath.dirname(p) for p in paths})

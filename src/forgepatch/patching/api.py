@@ -27,6 +27,8 @@ from typing import Iterable
 
 import libcst as cst
 
+from forgepatch.patching import archtest
+from forgepatch.patching.codemods.arch_gate import module_binds
 from forgepatch.patching.codemods.base import FileContext, SiteCodemod, insert_definition, node_names_any
 from forgepatch.patching.model import Status
 
@@ -74,8 +76,6 @@ def arch_test(ctx: FileContext, arches: Iterable[str]) -> cst.BaseExpression:
     family predicate as the file spells it (``{"sm120", "sm121"}``), an exact predicate of the
     tree (``is_sm121()``), or the compute capability. Call :func:`provide` from
     ``finalize_module`` so the names it uses resolve."""
-    from forgepatch.patching import archtest
-
     code, needs = archtest.arch_test(tuple(arches), ctx)
     archtest.record(ctx, needs)
     return cst.parse_expression(code)
@@ -83,8 +83,6 @@ def arch_test(ctx: FileContext, arches: Iterable[str]) -> cst.BaseExpression:
 
 def provide(module: cst.Module, ctx: FileContext) -> cst.Module:
     """Bind the names :func:`arch_test` used (imports next to the file's own, else helpers)."""
-    from forgepatch.patching import archtest
-
     return archtest.provide(module, ctx)
 
 
@@ -92,9 +90,6 @@ def add_import(module: cst.Module, ctx: FileContext, name: str, source: str = "s
     """Import ``name`` the way the file already imports (into its ``from M import ...`` whose
     module defines it in this tree, else ``from source import name`` after the imports);
     records it in ``ctx.provided``. LookupError if this tree does not define it in ``source``."""
-    from forgepatch.patching import archtest
-    from forgepatch.patching.codemods.arch_gate import module_binds
-
     if module_binds(module, name):
         return module
     return archtest.add_import(module, ctx, name, source)

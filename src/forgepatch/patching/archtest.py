@@ -27,6 +27,13 @@ from dataclasses import dataclass
 import libcst as cst
 
 from forgepatch.arch import ARCHES
+from forgepatch.patching.bindings import FUNCTION, IMPORT, binding, resolved
+from forgepatch.patching.codemods.arch_gate import (
+    ArchGateCodemod, import_module, imported_names, local_helper, module_binds, top_imports,
+)
+from forgepatch.patching.codemods.base import insert_definition
+from forgepatch.patching.model import FALLBACK_HELPER
+from forgepatch.patching.resolve import absolute_module, find_definition
 
 UTILS = "sglang.srt.utils"
 HELPER_PREFIX = "_forgepatch_is_"
@@ -66,9 +73,6 @@ class Need:
 
 def _tree_defines(ctx, module: str, name: str) -> bool:
     """Does ``module`` of this tree provide ``name`` as a function?"""
-    from forgepatch.patching.bindings import FUNCTION, IMPORT, resolved
-    from forgepatch.patching.resolve import find_definition
-
     where = find_definition(ctx.read, module, name)
     text = ctx.read(where) if where else None
     if text is None:
@@ -79,17 +83,12 @@ def _tree_defines(ctx, module: str, name: str) -> bool:
 
 def _binds(ctx, name: str) -> str | None:
     """The kind this file binds ``name`` to (imports followed through the tree), or None."""
-    from forgepatch.patching.bindings import resolved
-
     bound = resolved(ctx.read, ctx.rel, ctx.text, name)
     return bound.kind if bound else None
 
 
 def _platform_has(ctx, attr: str) -> bool:
     """Does the module that gives this file ``get_platform`` know ``.attr``?"""
-    from forgepatch.patching.bindings import IMPORT, binding
-    from forgepatch.patching.resolve import absolute_module, find_definition
-
     bound = binding(ctx.text, "get_platform")
     if not bound or bound.kind != IMPORT:
         return False
@@ -163,9 +162,6 @@ def record(ctx, needs: list[Need]) -> None:
 
 def provide(module: cst.Module, ctx) -> cst.Module:
     """Bind every recorded name: the file's own import style first (see the module doc)."""
-    from forgepatch.patching.codemods.arch_gate import module_binds
-    from forgepatch.patching.codemods.base import insert_definition
-
     for need in ctx.state.get("archtest_needs", {}).values():
         if module_binds(module, need.name):
             continue
@@ -176,8 +172,6 @@ def provide(module: cst.Module, ctx) -> cst.Module:
         try:
             module = add_import(module, ctx, need.name, need.module)
         except LookupError:  # this tree lacks the predicate (0.5.3 has no is_sm120_supported)
-            from forgepatch.patching.codemods.arch_gate import FALLBACK_HELPER, local_helper
-
             ctx.provided.append(f"defined a local {need.name}() {FALLBACK_HELPER}")
             module = insert_definition(module, local_helper(need.name, need.arch))
     return module
@@ -187,8 +181,6 @@ def add_import(module: cst.Module, ctx, name: str, source: str = UTILS) -> cst.M
     """Import ``name`` the way the file already imports: into an existing ``from M import``
     whose module provides it in this tree (the file's import of ``source`` first), else a new
     ``from source import name`` after the last top-level import; ``ctx.provided`` says which."""
-    from forgepatch.patching.codemods.arch_gate import ArchGateCodemod, import_module, imported_names, top_imports
-
     imports = top_imports(module)
     ordered = sorted(imports, key=lambda si: import_module(si[1], ctx) != source)
     for stmt, imp in ordered:

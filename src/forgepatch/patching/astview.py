@@ -13,6 +13,7 @@ from functools import lru_cache
 from typing import Iterable
 
 from forgepatch.arch import SIBLING_FAMILIES as SIBLINGS  # the families a new arch is added next to
+from forgepatch.patching.headers import defs_of
 from forgepatch.patching.markers import Matcher
 
 SIBLING_NEEDLES = tuple(f"is_{f}" for f in SIBLINGS)
@@ -92,8 +93,6 @@ class View:
     few ms); the whole file once a function cannot be cut out cleanly."""
 
     def __init__(self, text: str) -> None:
-        from forgepatch.patching.functions import defs_of
-
         self.text = text
         self.defs = defs_of(text)
         self.parsed: dict[int, list] = {}  # header index -> [(function, qualified name)]

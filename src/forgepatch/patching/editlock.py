@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from forgepatch.errors import BadInput, located
-from forgepatch.patching.editset import Edit, canonical, digest
+from forgepatch.patching.editset import Edit, canonical, digest, series_edits
+from forgepatch.patching.model import Location, SiteResult, Status
 
 LOCK_SUFFIX = ".lock"
 FORMAT = 1
@@ -237,9 +238,6 @@ def review(result: Any, patches: list[Any], texts: Any = None) -> None:
     """Give every patch of ``result`` its edit set, and mark ``review`` each patch whose lock
     accepts no equal set for the arch. ``texts`` is a run of the same series that produced
     file texts, when ``result`` is a status-only scan (drift)."""
-    from forgepatch.patching.editset import series_edits
-    from forgepatch.patching.model import Location, SiteResult, Status
-
     src = texts if texts is not None else result
     sets = series_edits(src.originals, [(p.patch_id, p.changes) for p in src.patches])
     by_id = {p.id: p for p in patches}
@@ -276,8 +274,6 @@ def accept(result: Any, patches: list[Any]) -> list[Path]:
     """Record every patch's edit set of ``result`` as reviewed on its arch and version (the
     patch's lock is created when it has none); clears the run's ``review`` findings.
     Returns the lock files written."""
-    from forgepatch.patching.model import Status
-
     by_id = {p.id: p for p in patches}
     written = []
     for pres in result.patches:

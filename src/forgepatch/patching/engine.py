@@ -16,8 +16,9 @@ import libcst as cst
 
 from forgepatch.arch import Arch
 from forgepatch.errors import BadInput
-from forgepatch.patching import astview, evaluation, guard, lint, sourcetext, verify
+from forgepatch.patching import astview, evaluation, guard, lint, parselimits, sourcetext, verify
 from forgepatch.patching.codemods.base import FileContext, Finding, node_names_any
+from forgepatch.patching.filepatch import run_file_patch
 from forgepatch.patching.functions import all_functions, parse, replace_functions, scan_functions
 from forgepatch.patching.locate import def_pattern, hinted, in_site_modules, is_candidate, ranked, reads_arch, rename_hint
 from forgepatch.patching.model import ApplyResult, Location, PatchResult, SiteResult, Status, Tree
@@ -154,8 +155,6 @@ def edit_file(text: str, rel: str, patch: Patch, sites: list[Site], arch: Arch, 
     per site). With ``emit`` False (a status scan) each function is parsed on its own and
     edited in memory; no module edits, codegen or compile. Either way each function is held
     to "changed if and only if an edit was reported"."""
-    from forgepatch.patching import parselimits
-
     held = overlay.modules.get(rel)
     if not (emit and held is not None and held[0] == text):  # a held module: no parse follows
         parselimits.check(text, overlay.display(rel))  # before any libcst parse (a crash or minutes otherwise)
@@ -345,8 +344,6 @@ def _run_patch(patch: Patch, arch: Arch, version: str | None, overlay: _Overlay,
         return _not_applicable(patch, f"version {version} not in {patch.applies_to}{why}"), []
     live = [s for s in patch.sites if patch.site_applies(s, version)]
     if getattr(patch.codemod, "file_patch", False):  # major-list, text, add-files (``filepatch``)
-        from forgepatch.patching.filepatch import run_file_patch
-
         return run_file_patch(patch, arch, version, overlay, pristine, result, live), []
     skipped = {s.name: SiteResult(s.name, Status.NOT_APPLICABLE, detail=f"version {version} not in {s.applies_to}"
                                   + (f": {s.applies_to_reason}" if s.applies_to_reason else ""))

@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from forgepatch.arch import ARCHES, SIBLING_FAMILIES as SIBLINGS, Arch
-from forgepatch.gates.bindings import Locals
-from forgepatch.gates.evaluate import Evaluator, Scope
+from forgepatch.gates.bindings import Locals, assignments, bind_call
+from forgepatch.gates.evaluate import Evaluator, Scope, is_property, transparent
 from forgepatch.gates.index import Index, absolute_module, module_files
 from forgepatch.gates.reads import ArchReads
 from forgepatch.gates.scan import Block, SourceFile, parse_file
@@ -487,7 +487,6 @@ class Judge:
                 return exprs[0], Scope(scope.file, scope.cls, {}), f"self.{node.attr}:"
             method = self.index.method(scope.file, scope.cls, node.attr)
             if method is not None and not exprs:
-                from forgepatch.gates.evaluate import is_property, transparent
                 if transparent(method) and is_property(method):
                     return _function_expr(method, scope.file, scope.cls)
             return None
@@ -498,7 +497,6 @@ class Judge:
             if isinstance(callee, Func) and isinstance(callee.node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 return _function_expr(callee.node, callee.file, callee.cls)
             if isinstance(callee, Func) and isinstance(callee.node, ast.Lambda):
-                from forgepatch.gates.bindings import bind_call
                 return callee.node.body, Scope(callee.file, None, bind_call(callee.node.args, [], {}, False)), "lambda:"
         return None
 
@@ -585,8 +583,6 @@ class Judge:
 
 def _function_expr(func, file: str, cls: str | None):
     """A function's body as one expression, with its scope: (expr, scope, prefix) or None."""
-    from forgepatch.gates.bindings import assignments, bind_call
-
     expr = _body_expr(list(func.body), 0)
     if expr is None:
         return None

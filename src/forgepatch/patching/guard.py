@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from forgepatch import envsettings
 from forgepatch.errors import BadInput, ForgepatchError, located
+from forgepatch.patching.isolate import frame_line, guard_thread, run_isolated, runs_in
 
 TIMEOUT_ENV = envsettings.PATCH_IMPORT_TIMEOUT.name
 EDIT_LIMIT_S = 120.0  # one call of a custom codemod (killed past it)
@@ -36,8 +37,6 @@ def import_timeout() -> float:
 
 def line_in(path: Path, tb: TracebackType | None) -> int | None:
     """The line of the deepest frame of ``tb`` that runs code of ``path``."""
-    from forgepatch.patching.isolate import runs_in
-
     ours = runs_in(path)  # a RecursionError's traceback is 20000 frames of one file
     line = None
     for frame, lineno in traceback.walk_tb(tb):
@@ -61,8 +60,6 @@ def import_patch(path: Path) -> ModuleType:
     """Execute a ``.py`` patch file as a fresh module, guarded and time-limited: first in a
     child process (``isolate``: an ``os._exit``, a signal, a C-level loop or a memory bomb at
     import ends the child, one line naming the patch), then, when that import was clean, here."""
-    from forgepatch.patching.isolate import run_isolated
-
     limit = import_timeout()
     run_isolated(path, "importing the patch", lambda: (_import_here(path), None)[1], limit=limit + 1.0,
                  on_timeout=lambda: f"a patch must not block at import; ${TIMEOUT_ENV} sets the limit")
@@ -79,8 +76,6 @@ def _import_here(path: Path) -> ModuleType:
     box: dict[str, BaseException] = {}
 
     def run() -> None:
-        from forgepatch.patching.isolate import guard_thread
-
         release = guard_thread()  # the parent runs the patch's module code read-only too
         try:
             spec.loader.exec_module(module)
@@ -93,8 +88,6 @@ def _import_here(path: Path) -> ModuleType:
     worker.start()
     worker.join(limit)
     if worker.is_alive():
-        from forgepatch.patching.isolate import frame_line
-
         frame = sys._current_frames().get(worker.ident)
         raise BadInput(located(path, frame_line(path, frame),
                                f"importing the patch took more than {limit:g} s (a patch must not block at import; "
@@ -134,7 +127,7 @@ def deepest_line(path: Path) -> int | None:
 
 def check_codemod(codemod: Any, path: Path, line: int | None) -> None:
     """``Codemod`` must be a SiteCodemod subclass that implements ``edit_function``."""
-    from forgepatch.patching.codemods.base import SiteCodemod
+    from forgepatch.patching.codemods.base import SiteCodemod  # heavy: libcst
 
     if not isinstance(codemod, type):
         raise BadInput(located(path, line, f"Codemod must be a class (a SiteCodemod subclass), not {type(codemod).__name__}"))
@@ -180,8 +173,6 @@ class GuardedCodemod:
     (its attributes, ``ctx.state``) and gives back its result, findings and new state."""
 
     def __init__(self, patch: Any) -> None:
-        from forgepatch.patching.isolate import run_isolated
-
         self.patch = patch
         state = run_isolated(patch.path, f"patch {patch.id}: Codemod(patch)",
                              lambda: _portable(vars(call(patch, "Codemod(patch)", patch.codemod, patch)), patch),
@@ -202,8 +193,6 @@ class GuardedCodemod:
 
     def _isolated(self, method: str, ctx, run: Callable[[], Any], given: Any) -> Any:
         """``run()`` in a child; the parent takes back its result and what it changed."""
-        from forgepatch.patching.isolate import run_isolated
-
         before = len(ctx.findings)
 
         def child():

@@ -8,11 +8,11 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import forgepatch
+
 
 def engine_digest() -> str:
     """sha256 of forgepatch's version and the patch engine's code (``forgepatch/patching``)."""
-    import forgepatch
-
     here = Path(__file__).parent
     digest = hashlib.sha256(forgepatch.__version__.encode())
     for path in sorted(here.rglob("*.py")):
@@ -23,6 +23,4 @@ def engine_digest() -> str:
 
 def engine_version() -> str:
     """``0.1.0+1a2b3c4d5e6f``: forgepatch's version and 12 hex digits of ``engine_digest``."""
-    import forgepatch
-
     return f"{forgepatch.__version__}+{engine_digest()[:12]}"

@@ -15,6 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from forgepatch.errors import BadInput
+from forgepatch.infra.journal import recover_tree
+from forgepatch.paths import SHIPPED_PATCHES, config_patches
+
 SHIPPED = "shipped"
 USER = "user"
 
@@ -38,8 +42,6 @@ def dir_patch_files(directory: Path) -> dict[str, Path]:
     """id -> file of the patches in one directory (``<id>.toml``, ``<id>.py``; ``_*.py`` are
     helpers, not patches), after completing (or undoing) a write a run killed there left:
     a reader never lists a half-written directory, nor leaves its state directory behind."""
-    from forgepatch.infra.journal import recover_tree
-
     recover_tree(directory)  # an interrupted `patch new` there is finished (or undone) first
     files = sorted(directory.glob("*.toml")) + sorted(
         p for p in directory.glob("*.py") if not p.name.startswith("_")
@@ -51,8 +53,6 @@ class PatchLibrary:
     """Shipped patches plus, optionally, a user directory whose patches add or override."""
 
     def __init__(self, user_dir: Path | None = None, shipped_dir: Path | None = None):
-        from forgepatch.paths import SHIPPED_PATCHES
-
         self.shipped_dir = Path(shipped_dir) if shipped_dir is not None else SHIPPED_PATCHES
         self.user_dir = Path(user_dir) if user_dir is not None else None
         if self.user_dir is not None and self.user_dir.resolve() == self.shipped_dir.resolve():
@@ -106,9 +106,7 @@ def cli_library(explicit: Path | None, config: Path | None = None) -> PatchLibra
     """What the CLI uses: the shipped patches plus ``--patches DIR``, else the ``patches/``
     beside the matrix.toml in use (``paths.config_patches``; never the current directory's
     when the matrix is elsewhere)."""
-    from forgepatch.errors import BadInput
-    from forgepatch.config import default_config
-    from forgepatch.paths import config_patches
+    from forgepatch.config import default_config  # heavy: pydantic (the matrix schema)
 
     if explicit is not None:
         if not Path(explicit).is_dir():

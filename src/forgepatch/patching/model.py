@@ -12,6 +12,9 @@ from typing import Any, Protocol
 SELF_CHECK_SITE = "self-check"
 # What to do about an incomplete gate (printed with every one).
 INCOMPLETE_HINT = "add a site for it to the patch, or mark it `ignore` with a reason"
+# how a site's detail reports a predicate defined from the arch registry because the tree does
+# not provide it (``patch test`` holds examples to their ``fallback`` key)
+FALLBACK_HELPER = "from the arch registry (this tree does not provide it)"
 
 
 class Status(str, Enum):

@@ -23,9 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forgepatch.errors import BadInput
+from forgepatch.infra.atomic import write_atomic
+from forgepatch.infra.journal import STATE_DIR
 
 MARKER = ".forgepatch-out"
 PACKAGE = "sglang"
+# a run's copy of DIR/sglang, staged beside it (``writer.write_out``) until it is swapped in
+STAGING_PREFIX, STAGING_SUFFIX = ".sglang.", ".forgepatch"
 
 
 @dataclass
@@ -66,9 +70,6 @@ def check(out: Path, force: bool = False, name: str = PACKAGE) -> OutDir:
 def _ours_in_flight(name: str) -> bool:
     """A run's lock/state directory or staging copy (``writer``): not the user's content; a
     run holding ``DIR``'s lock finishes or undoes them before it checks again."""
-    from forgepatch.infra.journal import STATE_DIR
-    from forgepatch.patching.writer import STAGING_PREFIX, STAGING_SUFFIX
-
     return name == STATE_DIR or (name.startswith(STAGING_PREFIX) and name.endswith(STAGING_SUFFIX))
 
 
@@ -104,8 +105,6 @@ def record_data(package: Path, meta: dict) -> bytes:
 
 def record(out: Path, meta: dict) -> int:
     """Write the marker listing every file now under ``out/sglang``; returns how many."""
-    from forgepatch.infra.atomic import write_atomic
-
     write_atomic(Path(out) / MARKER, record_data(Path(out) / PACKAGE, meta))
     return recorded(out)
 

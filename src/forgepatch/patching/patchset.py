@@ -17,6 +17,14 @@ from typing import Any
 
 from forgepatch.arch import ARCHES
 from forgepatch.errors import BadInput, located
+from forgepatch.infra.tomlfile import decode_utf8, key_line, parse_toml
+from forgepatch.patching import filepatch, guard
+from forgepatch.patching.codemods import declarative_codemod
+from forgepatch.patching.library import as_library
+from forgepatch.patching.patchkeys import (
+    no_unknown_keys, one_bool, one_str, opt_str, package_of, shown, str_list, table_list, version_spec,
+)
+from forgepatch.paths import check_path
 
 
 @dataclass(frozen=True)
@@ -137,96 +145,15 @@ _PATCH_KEYS = {"id", "summary", "arches", "sites", "applies_to", "applies_to_rea
                "codemod", "package"}
 
 
-def package_of(data: dict[str, Any]) -> str:
-    """A patch's ``package`` (default sglang): a package name (checked against the matrix
-    when the series loads, ``series.check_packages``)."""
-    value = data.get("package", "sglang")
-    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", value):
-        raise ValueError(f"package: {_shown(value)} is not a package name (e.g. \"flashinfer\")")
-    return value
-
-
-def _check_spec(spec: Any, where: str) -> str | None:
-    if spec is None:
-        return None
-    from packaging.specifiers import InvalidSpecifier, SpecifierSet
-
-    if not isinstance(spec, str) or not spec.strip():
-        raise ValueError(f"{where}: expected a version specifier string (e.g. \">=0.5.6\")")
-    try:
-        SpecifierSet(spec)
-    except InvalidSpecifier:
-        raise ValueError(f"{where}: invalid version specifier {spec[:60]!r}") from None
-    return spec
-
-
-def _shown(value: Any) -> str:
-    if isinstance(value, (dict, list)):
-        return "a table" if isinstance(value, dict) else "an array"
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _str_list(value: Any, where: str) -> tuple[str, ...]:
-    """A non-empty array of non-empty strings (a lone string counts as one)."""
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list):
-        raise ValueError(f"{where}: expected a list of strings, got {_shown(value)}")
-    if not value:
-        raise ValueError(f"{where}: empty array; give at least one, or leave the key out")
-    if not all(isinstance(v, str) and v for v in value):
-        raise ValueError(f"{where}: expected non-empty strings")
-    return tuple(value)
-
-
-def _str(value: Any, where: str, empty: bool = True) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"{where}: expected a string, got {_shown(value)}")
-    if not empty and not value.strip():
-        raise ValueError(f"{where}: empty string")
-    return value
-
-
-def _opt_str(value: Any, where: str) -> str | None:
-    return None if value is None else _str(value, where, empty=False)
-
-
-def _bool(value: Any, where: str, default: bool) -> bool:
-    """true/false only: "false", 0 or [] are refused, never read as a truth value."""
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise ValueError(f"{where}: expected true or false, got {_shown(value)}")
-    return value
-
-
-def _tables(value: Any, where: str) -> list[dict[str, Any]]:
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-        raise ValueError(f"{where}: expected an array of tables ([[{where}]]), got {_shown(value)}")
-    return value
-
-
-def _unknown(table: dict[str, Any], known: set[str], where: str) -> None:
-    extra = sorted(str(k) for k in set(table) - known)
-    if extra:
-        key = extra[0] if len(extra[0]) <= 60 else extra[0][:57] + "..."
-        err = ValueError(f"{where}{'.' if where else ''}{key}: unknown key")
-        err.key = f"{where}{'.' if where else ''}{extra[0]}"  # type: ignore[attr-defined] - the full key, for its line
-        raise err
-
-
 def example_path(value: Any, where: str) -> str:
     """A package-relative ``.py`` path that stays inside the example's pretend tree."""
     from pathlib import PurePosixPath
 
-    text = _str(value, where, empty=False)
+    text = one_str(value, where, empty=False)
     parts = PurePosixPath(text).parts
     if (len(text) > 255 or "\\" in text or "\0" in text or text.startswith("/") or ".." in parts
             or any(p in ("", ".") for p in text.split("/")) or not text.endswith(".py")):
-        raise ValueError(f"{where}: {_shown(text)} must be a relative path to a .py file inside the example "
+        raise ValueError(f"{where}: {shown(text)} must be a relative path to a .py file inside the example "
                          "(no '..', no leading '/')")
     return text
 
@@ -237,50 +164,50 @@ def build_patch(data: dict[str, Any], codemod: Any, path: Path | None = None) ->
     Strict: wrong types are refused (no coercion of "false" to true), empty arrays too,
     unknown keys, and example paths that leave the example's tree."""
     if not isinstance(data, dict):
-        raise ValueError(f"PATCH: expected a table, got {_shown(data)}")
+        raise ValueError(f"PATCH: expected a table, got {shown(data)}")
     for key in ("id", "summary", "arches", "sites"):
         if key not in data:
             raise ValueError(f"{key}: missing")
-    _unknown(data, _PATCH_KEYS, "")
+    no_unknown_keys(data, _PATCH_KEYS, "")
     pid = data["id"]
     if not isinstance(pid, str) or len(pid) > 100 or not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", pid):
-        raise ValueError(f"id: {_shown(pid)} must be lower-case letters, digits, '-', '.', '_'")
+        raise ValueError(f"id: {shown(pid)} must be lower-case letters, digits, '-', '.', '_'")
     if path is not None and path.stem != pid:
         raise ValueError(f"id: {pid!r} does not match the file name {path.name!r}")
-    summary = _str(data["summary"], "summary", empty=False)
+    summary = one_str(data["summary"], "summary", empty=False)
     if "codemod" in data:
-        _str(data["codemod"], "codemod", empty=False)
-    arches = _str_list(data["arches"], "arches")
+        one_str(data["codemod"], "codemod", empty=False)
+    arches = str_list(data["arches"], "arches")
     for a in arches:
         if a not in ARCHES:
-            raise ValueError(f"arches: unknown arch {_shown(a)} (known: {', '.join(ARCHES)})")
+            raise ValueError(f"arches: unknown arch {shown(a)} (known: {', '.join(ARCHES)})")
     sites = []
-    for i, s in enumerate(_tables(data["sites"], "sites")):
+    for i, s in enumerate(table_list(data["sites"], "sites")):
         where = f"sites[{i}]"
         own = getattr(codemod, "site_keys", {})  # key -> checker(value, where), the codemod's own
-        _unknown(s, _SITE_KEYS | set(own), where)
+        no_unknown_keys(s, _SITE_KEYS | set(own), where)
         if "name" not in s or "functions" not in s:
             raise ValueError(f"{where}: needs 'name' and 'functions'")
-        gates = _str(s.get("gates", "all"), f"{where}.gates")
+        gates = one_str(s.get("gates", "all"), f"{where}.gates")
         if gates not in ("all", "one"):
             raise ValueError(f"{where}.gates: must be \"all\" or \"one\"")
-        anywhere = _bool(s.get("anywhere"), f"{where}.anywhere", False)
-        modules = _str_list(s["modules"], f"{where}.modules") if "modules" in s else ()
+        anywhere = one_bool(s.get("anywhere"), f"{where}.anywhere", False)
+        modules = str_list(s["modules"], f"{where}.modules") if "modules" in s else ()
         if anywhere and not modules:
             raise ValueError(f"{where}.anywhere: needs 'modules' (the search order)")
         sites.append(Site(
-            name=_str(s["name"], f"{where}.name", empty=False),
-            functions=_str_list(s["functions"], f"{where}.functions"),
+            name=one_str(s["name"], f"{where}.name", empty=False),
+            functions=str_list(s["functions"], f"{where}.functions"),
             modules=modules,
-            markers=_str_list(s["markers"], f"{where}.markers") if "markers" in s else (),
-            required=_bool(s.get("required"), f"{where}.required", True),
-            applies_to=_check_spec(s.get("applies_to"), f"{where}.applies_to"),
-            applies_to_reason=_str(s.get("applies_to_reason", ""), f"{where}.applies_to_reason"),
-            lone=_bool(s.get("lone"), f"{where}.lone", False),
+            markers=str_list(s["markers"], f"{where}.markers") if "markers" in s else (),
+            required=one_bool(s.get("required"), f"{where}.required", True),
+            applies_to=version_spec(s.get("applies_to"), f"{where}.applies_to"),
+            applies_to_reason=one_str(s.get("applies_to_reason", ""), f"{where}.applies_to_reason"),
+            lone=one_bool(s.get("lone"), f"{where}.lone", False),
             anywhere=anywhere,
             gates=gates,
             options=tuple((k, own[k](s[k], f"{where}.{k}")) for k in own if k in s),
-            within=_str_list(s["within"], f"{where}.within") if "within" in s else (),
+            within=str_list(s["within"], f"{where}.within") if "within" in s else (),
         ))
         if hasattr(codemod, "check_site"):
             codemod.check_site(sites[-1], where, arches)
@@ -289,45 +216,91 @@ def build_patch(data: dict[str, Any], codemod: Any, path: Path | None = None) ->
     if len({s.name for s in sites}) != len(sites):
         raise ValueError("sites: two sites share a name")
     ignore = []
-    for i, g in enumerate(_tables(data.get("ignore"), "ignore")):
+    for i, g in enumerate(table_list(data.get("ignore"), "ignore")):
         where = f"ignore[{i}]"
-        _unknown(g, _IGNORE_KEYS, where)
+        no_unknown_keys(g, _IGNORE_KEYS, where)
         if not isinstance(g.get("function"), str) or not g["function"]:
             raise ValueError(f"{where}.function: needed (the function holding the gate)")
         reason = g.get("reason")
         if not isinstance(reason, str) or not reason.strip():
             raise ValueError(f"{where}.reason: needed (why the gate may keep rejecting the arch)")
-        ignore.append(Ignore(g["function"], reason.strip(), _opt_str(g.get("module"), f"{where}.module"),
-                             _opt_str(g.get("gate"), f"{where}.gate")))
+        ignore.append(Ignore(g["function"], reason.strip(), opt_str(g.get("module"), f"{where}.module"),
+                             opt_str(g.get("gate"), f"{where}.gate")))
     examples = []
-    for i, e in enumerate(_tables(data.get("examples"), "examples")):
+    for i, e in enumerate(table_list(data.get("examples"), "examples")):
         where = f"examples[{i}]"
-        _unknown(e, _EXAMPLE_KEYS, where)
+        no_unknown_keys(e, _EXAMPLE_KEYS, where)
         if "before" not in e:
             raise ValueError(f"{where}: needs 'before'")
-        arch = _str(e.get("arch", arches[0]), f"{where}.arch")
+        arch = one_str(e.get("arch", arches[0]), f"{where}.arch")
         if arch not in ARCHES:
-            raise ValueError(f"{where}.arch: unknown arch {_shown(arch)}")
+            raise ValueError(f"{where}.arch: unknown arch {shown(arch)}")
         context = e.get("context") or {}
         if not isinstance(context, dict):
-            raise ValueError(f"{where}.context: expected a table of path = source, got {_shown(context)}")
+            raise ValueError(f"{where}.context: expected a table of path = source, got {shown(context)}")
         for rel, code in context.items():
             example_path(rel, f"{where}.context")
-            _str(code, f"{where}.context")
+            one_str(code, f"{where}.context")
         examples.append(Example(
-            before=_str(e["before"], f"{where}.before"),
-            after=None if e.get("after") is None else _str(e["after"], f"{where}.after"),
+            before=one_str(e["before"], f"{where}.before"),
+            after=None if e.get("after") is None else one_str(e["after"], f"{where}.after"),
             arch=arch, path=example_path(e.get("path", "example.py"), f"{where}.path"),
-            context=tuple(sorted(context.items())), upstream=_bool(e.get("upstream"), f"{where}.upstream", False),
-            name=_str(e.get("name", f"example {i + 1}"), f"{where}.name"),
-            fallback=_bool(e.get("fallback"), f"{where}.fallback", False),
+            context=tuple(sorted(context.items())), upstream=one_bool(e.get("upstream"), f"{where}.upstream", False),
+            name=one_str(e.get("name", f"example {i + 1}"), f"{where}.name"),
+            fallback=one_bool(e.get("fallback"), f"{where}.fallback", False),
         ))
     return Patch(
         id=pid, summary=summary, arches=arches, sites=tuple(sites), codemod=codemod,
-        applies_to=_check_spec(data.get("applies_to"), "applies_to"),
-        applies_to_reason=_str(data.get("applies_to_reason", ""), "applies_to_reason"),
+        applies_to=version_spec(data.get("applies_to"), "applies_to"),
+        applies_to_reason=one_str(data.get("applies_to_reason", ""), "applies_to_reason"),
         ignore=tuple(ignore), examples=tuple(examples), path=path, package=package_of(data),
     )
+
+
+def build_file_patch(data: dict[str, Any], kind_name: str, path: Path | None, raw: bytes) -> Patch:
+    """A ``Patch`` of a file kind from its TOML table. Raises ValueError('key: msg')."""
+    kind = filepatch.kind_class(kind_name)
+    for key in ("id", "summary", "arches", "sites"):
+        if key not in data:
+            raise ValueError(f"{key}: missing")
+    no_unknown_keys(data, {"id", "summary", "arches", "sites", "applies_to", "applies_to_reason", "codemod", "package"}, "")
+    pid = data["id"]
+    if not isinstance(pid, str) or len(pid) > 100 or not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", pid):
+        raise ValueError(f"id: {shown(pid)} must be lower-case letters, digits, '-', '.', '_'")
+    if path is not None and path.stem != pid:
+        raise ValueError(f"id: {pid!r} does not match the file name {path.name!r}")
+    summary = one_str(data["summary"], "summary", empty=False)
+    arches = str_list(data["arches"], "arches")
+    for a in arches:
+        if a not in ARCHES:
+            raise ValueError(f"arches: unknown arch {shown(a)} (known: {', '.join(ARCHES)})")
+    package = package_of(data)
+    sites, specs, extra = [], {}, b""
+    for i, table in enumerate(table_list(data["sites"], "sites")):
+        where = f"sites[{i}]"
+        no_unknown_keys(table, kind.KEYS | {"name", "required", "applies_to", "applies_to_reason"}, where)
+        if "name" not in table:
+            raise ValueError(f"{where}.name: missing")
+        name = one_str(table["name"], f"{where}.name", empty=False)
+        spec = kind.parse_site(table, where, path)
+        extra += getattr(spec, "digest", b"")
+        sites.append(Site(
+            name=name, functions=tuple(getattr(spec, "functions", ())), modules=tuple(getattr(spec, "modules", ())),
+            required=one_bool(table.get("required"), f"{where}.required", True),
+            applies_to=version_spec(table.get("applies_to"), f"{where}.applies_to"),
+            applies_to_reason=one_str(table.get("applies_to_reason", ""), f"{where}.applies_to_reason")))
+        specs[name] = spec
+    if not sites:
+        raise ValueError("sites: a patch needs at least one site")
+    if len(specs) != len(sites):
+        raise ValueError("sites: two sites share a name")
+    patch = Patch(id=pid, summary=summary, arches=arches, sites=tuple(sites), codemod=kind,
+                  applies_to=version_spec(data.get("applies_to"), "applies_to"),
+                  applies_to_reason=one_str(data.get("applies_to_reason", ""), "applies_to_reason"),
+                  path=path, package=package, file_sites=specs)
+    # the patch's identity covers what it carries (added files), not only its TOML
+    patch.hash = hashlib.sha256(raw + extra).hexdigest()
+    return patch
 
 
 def _key_loc(exc: ValueError) -> tuple[str, ...]:
@@ -336,18 +309,14 @@ def _key_loc(exc: ValueError) -> tuple[str, ...]:
 
 
 def _toml_patch(path: Path, raw: bytes) -> Patch:
-    from forgepatch.config import decode_utf8, key_line, parse_toml
-    from forgepatch.patching.codemods import declarative_codemod
-
     text = decode_utf8(path, raw)
     data = parse_toml(path, text)
     try:
         name = data.get("codemod", "arch-gate")
-        from forgepatch.patching import filepatch
 
         if name in filepatch.KINDS:
-            return filepatch.build(data, name, path, raw)
-        codemod = declarative_codemod(_str(name, "codemod"))
+            return build_file_patch(data, name, path, raw)
+        codemod = declarative_codemod(one_str(name, "codemod"))
         return build_patch(data, codemod, path)
     except ValueError as exc:
         raise BadInput(located(path, key_line(text, _key_loc(exc)), str(exc))) from None
@@ -395,8 +364,6 @@ def _py_source(path: Path, raw: bytes) -> str:
     import io
     import tokenize
 
-    from forgepatch.config import decode_utf8
-
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
     except SyntaxError as exc:
@@ -412,8 +379,6 @@ def _py_source(path: Path, raw: bytes) -> str:
 
 def _py_patch(path: Path, raw: bytes) -> Patch:
     import ast
-
-    from forgepatch.patching import guard
 
     source = _py_source(path, raw)
     module = guard.import_patch(path)
@@ -440,8 +405,6 @@ def _py_patch(path: Path, raw: bytes) -> Patch:
 
 
 def load_patch(path: Path) -> Patch:
-    from forgepatch.paths import check_path
-
     check_path(path, "patch", "file")
     try:
         raw = path.read_bytes()
@@ -455,15 +418,11 @@ def load_patch(path: Path) -> Patch:
 def patch_files(patches) -> dict[str, Path]:
     """id -> file of every patch of ``patches`` (a ``PatchLibrary``: shipped + user, user ones
     overriding by id; or a directory: exactly its patches)."""
-    from forgepatch.patching.library import as_library
-
     return as_library(patches).paths()
 
 
 def load_patches(patches, ids: list[str]) -> list[Patch]:
     """Load the named patches, in series order (``patches``: a library or a directory)."""
-    from forgepatch.patching.library import as_library
-
     library = as_library(patches)
     out = []
     for pid in ids:

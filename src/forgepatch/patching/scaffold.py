@@ -22,7 +22,16 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from forgepatch.arch import ARCHES, get_arch
 from forgepatch.errors import BadInput
+from forgepatch.infra import journal
+from forgepatch.patching.astview import SIBLINGS
+from forgepatch.patching.bindings import resolved
+from forgepatch.patching.model import FALLBACK_HELPER
+from forgepatch.patching.patchset import load_patch
+from forgepatch.patching.resolve import absolute_module, find_definition, module_to_paths
+from forgepatch.patching.trees import DirTree, MemoryTree
+from forgepatch.sources import resolve_source
 
 ID_RE = re.compile(r"[a-z0-9][a-z0-9._-]*")
 
@@ -139,9 +148,6 @@ def snippet(text: str, found: Found) -> tuple[str, list[ast.ImportFrom]]:
 
 def _stub(read, rel: str, module: str, names: list[str], families: list[str]) -> tuple[str, str] | None:
     """A context file standing for ``module`` of the real tree: the names it really provides."""
-    from forgepatch.patching.bindings import resolved
-    from forgepatch.patching.resolve import find_definition, module_to_paths
-
     paths = module_to_paths(module)
     where = next((p for p in paths if read(p) is not None), None)
     if where is None:
@@ -229,9 +235,6 @@ def render(pid: str, arch: str, site: dict | None, example: dict | None, source:
 def scaffold(pid: str, arch: str, dest_dir: Path, library, *, source: str | None = None, function: str | None = None,
              module: str | None = None, matrix=None) -> Scaffold:
     """Write ``dest_dir/<pid>.toml``; BadInput for a bad id, an existing patch, an unknown function."""
-    from forgepatch.arch import ARCHES, get_arch
-    from forgepatch.patching.patchset import load_patch
-
     if not ID_RE.fullmatch(pid):
         raise BadInput(f"patch new: id {pid!r} must be lower-case letters, digits, '-', '.', '_'")
     arch = get_arch(arch).name
@@ -250,9 +253,6 @@ def scaffold(pid: str, arch: str, dest_dir: Path, library, *, source: str | None
     result = Scaffold(path, "")
     site = example = None
     if function:
-        from forgepatch.patching.trees import DirTree
-        from forgepatch.sources import resolve_source
-
         src = resolve_source(source, matrix)
         tree = DirTree(src.package, pristine=src.pristine)
         result.source = src.label
@@ -275,9 +275,6 @@ def scaffold(pid: str, arch: str, dest_dir: Path, library, *, source: str | None
                 return tree.read(rel).decode("utf-8", "replace")
             except (OSError, KeyError):
                 return None
-
-        from forgepatch.patching.astview import SIBLINGS
-        from forgepatch.patching.resolve import absolute_module
 
         families = list(dict.fromkeys([*SIBLINGS, *(a.gate_family for a in ARCHES.values())]))
         context: dict[str, str] = {}
@@ -307,7 +304,6 @@ def scaffold(pid: str, arch: str, dest_dir: Path, library, *, source: str | None
         (Path(tmp) / path.name).write_text(result.text, encoding="utf-8")
         load_patch(Path(tmp) / path.name)
     dest_dir.mkdir(parents=True, exist_ok=True)
-    from forgepatch.infra import journal
 
     # under the patches directory's lock, through its journal: a crash leaves no temp file
     with journal.open_tree(dest_dir, "patch new", write=True):
@@ -321,11 +317,7 @@ def _run_example(draft: str, path: Path, arch: str, rel: str, before: str, conte
     """Run the drafted patch on its example tree: (the file after, whether it fell back)."""
     import tempfile
 
-    from forgepatch.arch import get_arch
-    from forgepatch.patching.codemods.arch_gate import FALLBACK_HELPER
-    from forgepatch.patching.engine import run_patches
-    from forgepatch.patching.patchset import load_patch
-    from forgepatch.patching.trees import MemoryTree
+    from forgepatch.patching.engine import run_patches  # heavy: libcst (the engine)
 
     with tempfile.TemporaryDirectory() as tmp:
         draft_path = Path(tmp) / path.name

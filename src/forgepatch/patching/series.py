@@ -13,9 +13,14 @@ from pathlib import Path
 from typing import Any, MutableMapping
 
 from forgepatch.arch import Arch, get_arch
-from forgepatch.errors import BadInput
-from forgepatch.patching.model import ApplyResult, Tree
+from forgepatch.combination import PackageIdentity, Upstream
+from forgepatch.errors import BadInput, located
+from forgepatch.infra.tomlfile import key_line
+from forgepatch.packages import get, names
+from forgepatch.patching import editlock
+from forgepatch.patching.model import ApplyResult, Status, Tree
 from forgepatch.patching.patchset import Patch, load_patches, patchset_hash
+from forgepatch.sources import git_tree, resolve_source
 
 
 @dataclass(frozen=True)
@@ -59,9 +64,6 @@ def only_patches(series: Series, ids: list[str] | None, flag: str = "--patch") -
 
 
 def _undeclared(matrix: Any, arch: str, patch: Patch) -> str:
-    from forgepatch.config import key_line
-    from forgepatch.errors import located
-
     path = getattr(matrix, "path", None)
     line = None
     if path is not None:
@@ -80,9 +82,6 @@ def for_package(series: Series, package: str, matrix: Any = None, flag: str = "-
 
     A patch for a package the run does not know is a config error naming the patch file;
     a package the series has no patch for is refused (nothing to patch: a wrong --source)."""
-    from forgepatch.errors import located
-    from forgepatch.packages import names
-
     known = names(matrix)
     for patch in series.patches:
         if patch.package not in known:
@@ -103,9 +102,6 @@ def pin_package_tree(matrix: Any, pin: str, series: Series, name: str, what: str
     ``repo``, else ``[packages.NAME] repo``) and held to the wheel digest the pin records.
     BadInput (``what`` names the stage) when the pin names none: a stage never carries the
     package without the series' patches to it."""
-    from forgepatch.packages import get
-    from forgepatch.sources import resolve_source
-
     pin_cfg = matrix.pins.get(pin)
     pkg_pin = pin_cfg.packages.get(name) if pin_cfg is not None else None
     patch = next((p.id for p in series.patches if p.package == name), "?")
@@ -115,8 +111,6 @@ def pin_package_tree(matrix: Any, pin: str, series: Series, name: str, what: str
                        f"pypi = \"VERSION\" to matrix.toml")
     info = get(name, matrix)
     if pkg_pin.rev:  # a git revision of it: every file of the package there (sources.git_tree)
-        from forgepatch.sources import git_tree
-
         src = git_tree(f"{pkg_pin.repo or info.repo or '.'}@{pkg_pin.rev}", info.package_dir, info,
                        f"pins.{pin}.packages.{name}")
     else:
@@ -146,8 +140,6 @@ def package_checkout(matrix: Any, series: Series, pin: str, name: str, prefix: s
     BadInput, one line starting with ``prefix``, naming the keys to set: the pin names no
     version of the package, names it by a PyPI release (a branch is made on a git revision),
     or its repository is not a local directory."""
-    from forgepatch.packages import get
-
     info = get(name, matrix)
     pp = matrix.pins[pin].packages.get(name) if pin in matrix.pins else None
     patch = next((p.id for p in series.patches if p.package == name), "?")
@@ -180,8 +172,6 @@ def expected_packages(matrix: Any, series: Series, pin: str) -> dict[str, Any]:
     version, wheel sha256 or revision as recorded, and the patchset of that package's part).
     A package the pin names no version of has the upstream kind ``none`` (nothing matches it).
     SGLang is left out: its upstream is the pin's own (checked as ``forgepatch.upstream``)."""
-    from forgepatch.combination import PackageIdentity, Upstream
-
     pinned = matrix.pins[pin].packages if pin in matrix.pins else {}
     out = {}
     for name, patchset in package_patchsets(series).items():
@@ -209,9 +199,8 @@ def run_series(series: Series, tree: Tree, version: str | None, *,
     ``review`` and ``result.drift`` true. A status-only scan runs once more with texts
     whenever it would say applied, already applied or absorbed, so a scan judges the same
     edits, and the same per-arch evaluation, as ``apply``."""
-    from forgepatch.patching import editlock, verify
-    from forgepatch.patching.engine import run_patches
-    from forgepatch.patching.model import Status
+    from forgepatch.patching import verify  # heavy: libcst (the self-check)
+    from forgepatch.patching.engine import run_patches  # heavy: libcst (the engine)
 
     patches = list(series.patches)
     result = run_patches(tree, patches, series.arch, version, cache=cache, pristine=pristine)

@@ -6,9 +6,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from forgepatch import progress
 from forgepatch.arch import get_arch
 from forgepatch.errors import BadInput
-from forgepatch.patching.model import ApplyResult
+from forgepatch.infra.journal import open_tree
+from forgepatch.packages import get
+from forgepatch.patching import editlock, outdir, undo
+from forgepatch.patching.fulltree import PackageTree
+from forgepatch.patching.model import FALLBACK_HELPER, SELF_CHECK_SITE, ApplyResult, Status
+from forgepatch.patching.series import for_package, load_series, only_patches, packages_of, run_series
+from forgepatch.patching.trees import MemoryTree
+from forgepatch.patching.writer import recover_out, unified_diff, write_in_place, write_out
+from forgepatch.sources import copy_non_py, pin_source, resolve_source
 
 
 @dataclass
@@ -33,12 +42,6 @@ class ApplyRun:
 def run_arch(arch: str, source: str | None, matrix, patches_dir: Path, src=None, only: list[str] | None = None):
     """Resolve the source (unless given) and run the arch's patch series (or the part of
     it ``only`` names) in memory: the part of it that patches this source's package."""
-    from forgepatch.patching.fulltree import PackageTree
-    from forgepatch.patching.series import for_package, load_series, only_patches, run_series
-    from forgepatch.sources import resolve_source
-
-    from forgepatch import progress
-
     series = only_patches(load_series(matrix, arch, patches_dir), only)
     src = resolve_source(source, matrix) if src is None else src
     series = for_package(series, src.package_name, matrix)  # this source's package's part of the series
@@ -55,7 +58,6 @@ def _tree_lock(src, what: str, write: bool):
     if src.kind != "dir":
         yield
         return
-    from forgepatch.infra.journal import open_tree
 
     with open_tree(src.package, what, write=write):
         yield
@@ -73,15 +75,9 @@ def apply_arch(arch: str, source: str | None, out: Path | None, matrix, patches_
     is gone, so a concurrent run waits (or fails with one line) and then sees the result.
     ``accept`` records each patch's edit set in its lock (``editlock``) before anything is
     written, unless the series fails for another reason than ``review``."""
-    from forgepatch.patching import outdir
-    from forgepatch.patching.writer import unified_diff, write_in_place, write_out
-    from forgepatch.sources import resolve_source
-
     src = resolve_source(source, matrix)
     out, name = out_for(out, src, matrix)
     if out is not None and not (check or diff or in_place):
-        from forgepatch.patching.writer import recover_out
-
         # a killed --out run's copy is finished or undone first, then DIR is checked (under its lock)
         recover_out(out, check=lambda: outdir.check(out, force, name), name=name)
     if in_place and src.kind != "dir":
@@ -100,8 +96,6 @@ def apply_arch(arch: str, source: str | None, out: Path | None, matrix, patches_
             write_in_place(src.package, result.changed_bytes(), _undo_meta(result))
             run.written = src.package
         elif out is not None:
-            from forgepatch.sources import copy_non_py
-
             meta = {"arch": result.arch, "source": src.label, "version": result.version,
                     "patchset": result.patchset_hash, "changed": sorted(result.changed)}
             # the copy and its record are swapped in together (crash-safe: writer.write_out)
@@ -138,10 +132,6 @@ def reverse_arch(arch: str, sources: list[str | None], matrix, check: bool = Fal
     any tree written, each through its journal. ``check``/``diff`` write nothing."""
     from contextlib import ExitStack
 
-    from forgepatch.patching import undo
-    from forgepatch.patching.writer import unified_diff
-    from forgepatch.sources import resolve_source
-
     srcs = []
     for spec in sources:
         # (checked before resolving: a PyPI or git source, or a pin, is never fetched for this)
@@ -175,11 +165,8 @@ def series_sources(arch: str, sources: list[str] | None, pin: str | None, matrix
         return list(sources)
     if matrix is None:
         return [None]
-    from forgepatch.sources import pin_source
 
     base = None if pin is None else pin_source(pin, matrix)  # (what --pin means everywhere)
-    from forgepatch.packages import get
-    from forgepatch.patching.series import load_series, packages_of
 
     name, pinned = matrix.pin(pin)
     wanted = [p for p in packages_of(load_series(matrix, arch, patches_dir)) if p != "sglang"]
@@ -194,8 +181,6 @@ def series_sources(arch: str, sources: list[str] | None, pin: str | None, matrix
 
 def not_run(arch: str, matrix, patches_dir, ran: list[str]) -> list[str]:
     """Packages the arch's series patches that this run had no source for."""
-    from forgepatch.patching.series import load_series, packages_of
-
     return [p for p in packages_of(load_series(matrix, arch, patches_dir)) if p not in ran]
 
 
@@ -206,7 +191,6 @@ def out_for(out: Path | None, src, matrix) -> tuple[Path | None, str]:
     name = getattr(src, "package_name", "sglang")
     if name == "sglang" or out is None:
         return out, "sglang"
-    from forgepatch.packages import get
 
     pkg = get(name, matrix)
     return Path(out) / pkg.dist, pkg.import_name
@@ -219,10 +203,6 @@ def apply_many(arch: str, sources: list[str], out: Path | None, matrix, patches_
     series runs in memory first; only when none drifts is anything written (each package
     crash-safely, like a single-package run). A package named twice is refused."""
     from contextlib import ExitStack
-
-    from forgepatch.patching import outdir
-    from forgepatch.patching.writer import recover_out, unified_diff, write_in_place, write_out
-    from forgepatch.sources import copy_non_py, resolve_source
 
     srcs = [resolve_source(s, matrix) for s in sources]
     seen: dict[str, str] = {}
@@ -275,9 +255,6 @@ def accept_edits(result: ApplyResult, patches) -> list[dict]:
     """``--accept``: the run's edit sets go into the patches' locks, unless a patch fails
     for a reason other than ``review`` (then nothing is accepted). Returns what was accepted
     (patch, lock, edits) for the output."""
-    from forgepatch.patching import editlock
-    from forgepatch.patching.model import Status
-
     if any(Status.worst([s.status for s in p.sites if s.site != editlock.EDIT_LOCK_SITE]).failed
            for p in result.patches):
         return []
@@ -310,9 +287,6 @@ def lock_patches(arches: list[str], sources: list[str | None], matrix, patches_d
     A pin on which the series fails for another reason than ``review`` records nothing
     (its rows say why). Every run comes first: a bad arch or source of the command line is
     bad input before any lock is written."""
-    from forgepatch.patching import editlock
-    from forgepatch.patching.model import Status
-
     runs = [(arch, run_arch(arch, source, matrix, patches_dir)) for arch in arches for source in sources]
     rows: list[LockRow] = []
     for arch, (result, src, _tree, patches) in runs:
@@ -334,8 +308,6 @@ def lock_patches(arches: list[str], sources: list[str | None], matrix, patches_d
 def lint_arch(arch: str, source: str | None, matrix, patches_dir: Path):
     """Patch in memory; the series' self-check lists the feature's gates that still reject
     the arch (incomplete) and the ones a patch knowingly leaves (ignored)."""
-    from forgepatch.sources import resolve_source
-
     src = resolve_source(source, matrix)
     with _tree_lock(src, "lint", write=False):
         result, src, _tree, _patches = run_arch(arch, source, matrix, patches_dir, src=src)
@@ -344,8 +316,6 @@ def lint_arch(arch: str, source: str | None, matrix, patches_dir: Path):
 
 def self_check_locations(result: ApplyResult):
     """(patch id, location) for every finding of the series' self-check, in series order."""
-    from forgepatch.patching.model import SELF_CHECK_SITE
-
     return [(p.patch_id, loc) for p in result.patches for s in p.sites if s.site == SELF_CHECK_SITE
             for loc in s.locations]
 
@@ -378,8 +348,7 @@ def example_runs(patches) -> list[ExampleRun]:
     must become ``after`` (a fixed point), or stay unchanged when there is no ``after``; an
     arch-gate run that falls back to a local helper (no file of the tree provides the new
     predicate) must be declared with ``fallback = true``, and one that declares it must take it."""
-    from forgepatch.patching.engine import run_patches
-    from forgepatch.patching.trees import MemoryTree
+    from forgepatch.patching.engine import run_patches  # heavy: libcst (the engine)
 
     out = []
     for patch in patches:
@@ -455,8 +424,6 @@ def _toml_value(doc, index: int):
 
 
 def _example_error(ex, res, got: str) -> str | None:
-    from forgepatch.patching.codemods.arch_gate import FALLBACK_HELPER
-
     others = sorted(set(res.changed) - {ex.path})
     if others:
         return (f"the patch changed {', '.join(others)}, a `context` file, not only {ex.path} (the example's "

@@ -22,7 +22,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from forgepatch.patching.filesite import close_paths, site_result
 from forgepatch.patching.model import Location, SiteResult, Status
+from forgepatch.patching.patchkeys import one_str, shown, str_list
 
 SUFFIXES = (".cu", ".cuh", ".h", ".hh", ".hpp", ".cuh", ".c", ".cc", ".cpp", ".inc", ".json", ".toml",
             ".sh", ".bash", ".txt", ".cfg", ".ini", ".yaml", ".yml", ".cmake")
@@ -55,19 +57,17 @@ class TextPatch:
 
     @staticmethod
     def parse_site(table: dict[str, Any], where: str, path) -> TextSite:
-        from forgepatch.patching import patchset as ps
-
         if "file" not in table or "new" not in table:
             raise ValueError(f"{where}: needs 'file' and 'new' (and an anchor)")
-        rel = _rel_path(ps._str(table["file"], f"{where}.file", empty=False), f"{where}.file")
+        rel = _rel_path(one_str(table["file"], f"{where}.file", empty=False), f"{where}.file")
         if rel.endswith(".py"):
             raise ValueError(f"{where}.file: {rel} is Python: patch it with a codemod (arch-gate, major-list)")
         if not rel.endswith(SUFFIXES) and "." in rel.rsplit("/", 1)[-1]:
             raise ValueError(f"{where}.file: {rel}: text patches edit {', '.join(sorted(set(SUFFIXES)))} files")
         if ("anchor" in table) == ("anchor_regex" in table):
             raise ValueError(f"{where}: needs exactly one of 'anchor' (a literal) or 'anchor_regex'")
-        anchor = ps._str(table["anchor"], f"{where}.anchor", empty=False) if "anchor" in table else None
-        regex = ps._str(table["anchor_regex"], f"{where}.anchor_regex", empty=False) if "anchor_regex" in table else None
+        anchor = one_str(table["anchor"], f"{where}.anchor", empty=False) if "anchor" in table else None
+        regex = one_str(table["anchor_regex"], f"{where}.anchor_regex", empty=False) if "anchor_regex" in table else None
         if regex is not None:
             try:
                 re.compile(regex)
@@ -78,23 +78,21 @@ class TextPatch:
         old = table.get("old", anchor)
         if old is None:
             raise ValueError(f"{where}.old: needed with anchor_regex (the text of the line to replace)")
-        old = ps._str(old, f"{where}.old", empty=False)
+        old = one_str(old, f"{where}.old", empty=False)
         if "\n" in old:
             raise ValueError(f"{where}.old: one line's text (the edit starts in the anchored line)")
-        new = ps._str(table["new"], f"{where}.new", empty=False)
+        new = one_str(table["new"], f"{where}.new", empty=False)
         if new == old:
             raise ValueError(f"{where}.new: the same as old (the edit changes nothing)")
-        near = ps._str_list(table["near"], f"{where}.near") if "near" in table else ()
+        near = str_list(table["near"], f"{where}.near") if "near" in table else ()
         within, count = table.get("within", 3), table.get("count", 1)
         for key, value, low in (("within", within, 0), ("count", count, 1)):
             if type(value) is not int or not low <= value <= 10_000:
-                raise ValueError(f"{where}.{key}: expected an integer >= {low}, got {ps._shown(value)}")
+                raise ValueError(f"{where}.{key}: expected an integer >= {low}, got {shown(value)}")
         return TextSite(rel, old, new, anchor, regex, near, within, count)
 
     @staticmethod
     def run_site(run, name: str, spec: TextSite) -> SiteResult:
-        from forgepatch.patching.filepatch import close_paths, site_result
-
         text = run.read(spec.file)
         if text is None:
             return SiteResult(name, Status.DRIFT, detail=f"{spec.file}: no such file in the package",

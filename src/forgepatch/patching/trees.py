@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from forgepatch.errors import BadInput
 from forgepatch.infra.journal import STATE_DIR
+from forgepatch.paths import check_path
 
 
 class DirTree:
@@ -34,9 +36,6 @@ class DirTree:
             return _read_regular(os.path.join(self.package, rel))  # str paths: a scan reads every file
         except OSError as exc:
             import errno
-
-            from forgepatch.errors import BadInput
-            from forgepatch.paths import check_path
 
             if exc.errno == errno.ENOENT and not os.path.islink(self.package / rel):
                 raise  # no such file: callers probing the tree ask for that

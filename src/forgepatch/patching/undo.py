@@ -26,6 +26,8 @@ from pathlib import Path
 
 from forgepatch import utctime
 from forgepatch.errors import BadInput, Failure
+from forgepatch.infra.journal import commit
+from forgepatch.paths import APPLIED_RECORDS, cache_dir
 
 FORMAT = "forgepatch-applied/1"
 
@@ -36,8 +38,6 @@ def _sha(data: bytes) -> str:
 
 def records_dir(package: Path) -> Path:
     """Where the records of the tree ``package`` live (keyed by its resolved path)."""
-    from forgepatch.paths import APPLIED_RECORDS, cache_dir
-
     key = _sha(str(Path(package).resolve()).encode())[:32]
     return cache_dir(APPLIED_RECORDS, key)
 
@@ -203,7 +203,5 @@ def plan(package: Path, arch: str | None = None, drop: bool = True) -> Reverse:
 
 def reverse(rev: Reverse) -> None:
     """Write the reverse (journal: all or none) and drop its record (the caller holds the lock)."""
-    from forgepatch.infra.journal import commit
-
     commit(rev.package, rev.restore, "apply --reverse", remove=rev.remove, rmdirs=rev.record.made_dirs)
     rev.record.where.unlink(missing_ok=True)

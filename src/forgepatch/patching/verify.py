@@ -23,7 +23,7 @@ from collections import Counter
 
 from forgepatch.arch import Arch
 from forgepatch.errors import BadInput
-from forgepatch.patching import lint, linediff
+from forgepatch.patching import evaluation, linediff, lint
 from forgepatch.patching.codemods.base import Finding
 from forgepatch.patching.model import (
     INCOMPLETE_HINT, SELF_CHECK_SITE, ApplyResult, Location, SiteResult, Status,
@@ -179,8 +179,6 @@ def evaluate(patch: Patch, pres, before: dict[str, str], overlay, arch: Arch, pa
     """The per-arch evaluation of one patch's step (:mod:`evaluation`): the files it changed
     and the tree's files of its feature, before and after it."""
     import re
-
-    from forgepatch.patching import evaluation
 
     def text_before(rel: str) -> str | None:
         if rel in before:  # an earlier patch of the series changed it

@@ -9,7 +9,10 @@ import tempfile
 from pathlib import Path
 
 from forgepatch.errors import BadInput
-from forgepatch.infra.journal import STATE_DIR
+from forgepatch.infra.atomic import uninterrupted
+from forgepatch.infra.journal import STATE_DIR, commit, notify, open_tree
+from forgepatch.patching import undo
+from forgepatch.patching.outdir import MARKER, STAGING_PREFIX, STAGING_SUFFIX
 
 
 def unified_diff(originals: dict[str, bytes], changed: dict[str, bytes | None], prefix: str = "sglang") -> bytes:
@@ -34,14 +37,8 @@ def write_in_place(package: Path, changed: dict[str, bytes], meta: dict | None =
     copies and a journal first, then the renames (``forgepatch.infra.journal``). The caller holds
     the package's lock (``journal.open_tree``). What is replaced is recorded first, with
     ``meta`` (arch, version, patchset), for ``apply --reverse`` (``patching/undo.py``)."""
-    from forgepatch.infra.journal import commit
-    from forgepatch.patching import undo
-
     undo.save(package, changed, meta or {})
     commit(package, changed, "apply --in-place")
-
-
-STAGING_PREFIX, STAGING_SUFFIX = ".sglang.", ".forgepatch"
 
 
 def write_out(package: Path, changed: dict[str, bytes], out_dir: Path, fill=None, marker=None, check=None,
@@ -57,11 +54,8 @@ def write_out(package: Path, changed: dict[str, bytes], out_dir: Path, fill=None
     swapped in: its record follows) or undoes it (it was not: the old copy stays).
     ``check()`` runs under the lock, after that recovery (``outdir.check``: a concurrent run
     into the same new DIR waits for this one instead of seeing its staging). The swap holds
-    off Ctrl-C (``journal.uninterrupted``); an interrupt before it removes only the staged
+    off Ctrl-C (``atomic.uninterrupted``); an interrupt before it removes only the staged
     copy, record first (what is left reads as "not swapped in": rolled back)."""
-    from forgepatch.infra.journal import notify, open_tree, uninterrupted
-    from forgepatch.patching.outdir import MARKER
-
     out_dir = Path(out_dir)
     src = package.resolve()
     dest_parent = out_dir.resolve()
@@ -123,9 +117,6 @@ def recover_out(out_dir: Path, check=None, name: str = "sglang") -> None:
     """Finish or undo a killed ``--out`` run's write into ``out_dir`` (before anything looks
     at what is there), then ``check()`` it, under its lock: a run writing there meanwhile is
     waited for, never seen half-swapped."""
-    from forgepatch.infra.journal import notify, open_tree
-    from forgepatch.patching.outdir import MARKER
-
     dest = Path(out_dir)
     if not dest.is_dir():  # a new DIR (or not a directory: check says so)
         if check is not None:

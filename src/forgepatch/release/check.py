@@ -17,11 +17,13 @@ from typing import Any
 from forgepatch.combination import (
     LABEL, PackageIdentity, Trailer, Upstream, branch_name, packages_problems, release_identity,
 )
+from forgepatch.combination import pin_identity as resolved
 from forgepatch.combination.ledger import ProfileEvidence
 from forgepatch.combination.records import AuditSummary
 from forgepatch.combination.results import JobResult, Toolchain, imported_problems
 from forgepatch.errors import BadInput
 from forgepatch.infra.refs import same_digest
+from forgepatch.patching.series import expected_packages as expected, for_package, load_series, package_checkout
 from forgepatch.release import evidence as ev
 from forgepatch.utctime import EPOCH
 
@@ -123,23 +125,17 @@ def required_profiles(matrix, arch: str, pin: str) -> list[str]:
 
 def current_series(matrix, patches_dir: Path, arch: str):
     """The arch's series as the patch files are now (``patching.series.load_series``)."""
-    from forgepatch.patching.series import load_series
-
     return load_series(matrix, arch, patches_dir)
 
 
 def expected_packages(matrix, series, pin: str) -> dict:
     """Every package besides sglang the arch's series patches, as the pin's image and fork
     branches must carry it (``patching.series.expected_packages``)."""
-    from forgepatch.patching.series import expected_packages as expected
-
     return expected(matrix, series, pin)
 
 
 def pin_identity(inp: Inputs, pin: str) -> Upstream:
     """The pin's recorded identity; a git pin's rev resolved in the fork repo when it is there."""
-    from forgepatch.combination import pin_identity as resolved
-
     return resolved(inp.matrix.pins[pin], inp.repo)
 
 
@@ -152,8 +148,6 @@ def evaluate(inp: Inputs, arch: str, pin: str) -> Evaluation:
     if not required:
         out.reasons.append(Reason("no-required-profiles", f"no required smoke profile is configured for {arch} on {pin}"))
         return out
-
-    from forgepatch.patching.series import for_package
 
     series = current_series(matrix, inp.patches_dir, arch)
     patchset = series.hash
@@ -230,8 +224,6 @@ def _judge_package_branch(inp: Inputs, series, arch: str, pin: str, package: str
     ``fork`` made it (``patching.series.package_checkout``), made with the patchset of that
     package's part of the series (``want.patchset``) from the pin's revision of it. The reasons
     name the package and the checkout; the branch when it is right."""
-    from forgepatch.patching.series import package_checkout
-
     name = branch_name(arch, pin)
     try:
         where = package_checkout(inp.matrix, series, pin, package)

@@ -9,11 +9,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from forgepatch.combination import LABEL, Upstream, content_ref, image_ref, validated_ref
+from forgepatch.combination import LABEL, Trailer, Upstream, content_ref, image_ref, validated_ref
 from forgepatch.combination.ledger import ImageRecord
 from forgepatch.combination.results import JobResult, SmokeResults
 from forgepatch.errors import BadInput, Failure
-from forgepatch.infra.gitrepo import GitRepo
+from forgepatch.infra import registry
+from forgepatch.infra.dockerapi import api, repo_digest
+from forgepatch.infra.gitrepo import GitRepo, parse_trailers
 from forgepatch.infra.refs import is_digest_ref, parse_digest_ref, repository, split_tag
 from forgepatch.release.ledger import sha256_bytes
 from forgepatch.utctime import EPOCH, iso, parse as parse_time  # noqa: F401  (release reads times through ev.)
@@ -66,8 +68,6 @@ class BranchFacts:
 def branch(repo: GitRepo, name: str) -> BranchFacts | None:
     """The fork branch ``name``: the local branch, else its remote-tracking branch
     (``origin/NAME`` first; ``GitRepo.branch_ref``), as a CI checkout has it."""
-    from forgepatch.infra.gitrepo import parse_trailers
-
     ref = repo.branch_ref(name)
     head = repo.ref(ref) if ref else None
     if head is None:
@@ -83,8 +83,6 @@ def fetch_hint(name: str) -> str:
 def branch_upstream(repo: GitRepo, br: BranchFacts, package_dir: str) -> Upstream | None:
     """The upstream code a fork branch was made from: its trailers (``forgepatch fork``), the
     version read from the upstream commit when an older fork did not record it."""
-    from forgepatch.combination import Trailer
-
     sha = br.trailers.get(Trailer.UPSTREAM)
     if not sha:
         return None
@@ -105,8 +103,6 @@ def check_tag_name(repo: GitRepo, name: str) -> None:
 # -- docker --------------------------------------------------------------------------------------
 def docker_api():
     """The low-level Docker API client (``forgepatch.infra.dockerapi``)."""
-    from forgepatch.infra.dockerapi import api
-
     return api()
 
 
@@ -146,7 +142,6 @@ def inspect_image(api, ref: str) -> ImageFacts | None:
         doc = api.inspect_image(ref)
     except (ImageNotFound, NotFound):
         return None
-    from forgepatch.infra.dockerapi import repo_digest
 
     labels = (doc.get("Config") or {}).get("Labels") or {}
     created = parse_time(doc.get("Created")) or EPOCH
@@ -157,8 +152,6 @@ def inspect_image(api, ref: str) -> ImageFacts | None:
 def remote_image(digest: str, what: str = "--image") -> ImageFacts | None:
     """An image known from the registry only (its manifest and config; nothing pulled): its
     ID is the config digest, as the engine would name it once pulled."""
-    from forgepatch.infra import registry
-
     found = registry.remote_image(parse_digest_ref(digest, what))
     if found is None:
         return None

@@ -25,7 +25,8 @@ from typing import Iterator
 
 from forgepatch.combination.ledger import FORMAT, LedgerEntry, canonical, entry_digest  # noqa: F401  (re-exported)
 from forgepatch.errors import BadInput, Failure
-from forgepatch.infra.atomic import write_atomic
+from forgepatch.infra.atomic import stale_temps, write_atomic
+from forgepatch.infra.journal import lock_timeout, path_lock
 
 LOCK_TIMEOUT_S = 120.0
 
@@ -98,8 +99,6 @@ class Ledger:
     @contextmanager
     def lock(self, timeout: float | None = None) -> Iterator[None]:
         """Exclusive lock for a read-check-append cycle (other releases wait their turn)."""
-        from forgepatch.infra.journal import lock_timeout, path_lock
-
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with path_lock(self.path, "release (the ledger)", lock_timeout(LOCK_TIMEOUT_S) if timeout is None else timeout):
             self._remove_stale_temps()
@@ -109,8 +108,6 @@ class Ledger:
         """The temp files of a release killed before its rename (the ledger's, an archived
         results file's): every writer holds the lock, so none is live. ``releases/`` is
         committed to git: nothing but the ledger and its archive may stay there."""
-        from forgepatch.infra.atomic import stale_temps
-
         for tmp in [*stale_temps(self.path.parent, self.path.name), *stale_temps(self.results_dir, "*.json")]:
             tmp.unlink(missing_ok=True)
 

@@ -3,14 +3,17 @@
 ``release`` records the tags it is about to set (``add``) before it appends its ledger entry
 (the commit point), sets them after (``complete``), and clears the record. The record is one
 JSON file per ledger in the user cache dir (keyed by the ledger's path: ``releases/`` holds
-nothing but what is committed)::
+nothing but what is committed), a :class:`PendingRecord`::
 
     {"format": "forgepatch-pending-tags/1", "ledger": "/…/releases/ledger.json",
      "releases": {"forgepatch/v0.5.23/sm120": {"digest": "repo@sha256:…", "tags": [...], "pid": 42}}}
 
 The next ``release`` (``recover``) finishes what a killed or failed run left: a release
 whose entry is in the ledger gets its tags (rolled forward); one whose entry is not had set
-none, and its record is dropped (rolled back). Each says so in one line.
+none, and its record is dropped (rolled back). Each says so in one line. A record that does
+not read (damaged, or written by a newer forgepatch) stops every release with one line
+naming the file: its tags cannot be known, so it is left for a person to inspect. Records
+written before the model (main 8c2fce6, ``tests/fixtures/pending-tags-v1``) read the same.
 """
 
 from __future__ import annotations
@@ -18,66 +21,104 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from forgepatch.combination import documents
 from forgepatch.errors import BadInput, Failure, ForgepatchError
+from forgepatch.infra.atomic import stale_temps, write_atomic
+from forgepatch.infra.journal import notify, sha256
+from forgepatch.infra.refs import is_digest_ref
+from forgepatch.paths import cache_dir
+from forgepatch.release import promote
 
 FORMAT = "forgepatch-pending-tags/1"
+WHAT = "record of an interrupted release's registry tags"
+
+
+class PendingTags(BaseModel):
+    """One release's registry tags, recorded before its ledger entry."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    digest_ref: str = Field(alias="digest")  # repo@sha256:… the tags go to (schema-1 key ``digest``)
+    tags: list[str]  # the registry tags (validated first), in ``digest_ref``'s repository
+    pid: int | None = None  # the release process that recorded them
+
+    @field_validator("digest_ref")
+    @classmethod
+    def _a_digest(cls, value: str) -> str:
+        if not is_digest_ref(value):
+            raise ValueError(f"{value[:200]!r} is not REPO@sha256:<64 hex>")
+        return value
+
+    def promotion(self) -> promote.Promotion:
+        return promote.Promotion(self.digest_ref, list(self.tags))
+
+
+class PendingRecord(BaseModel):
+    """Every release of one ledger whose registry tags are not set yet, by release tag."""
+
+    model_config = ConfigDict(extra="allow")
+
+    format: str = FORMAT
+    ledger: str  # the ledger's resolved path (the file's name is a digest of it)
+    releases: dict[str, PendingTags] = Field(default_factory=dict)
+
+    def dumps(self) -> str:
+        return json.dumps(self.model_dump(mode="json", by_alias=True), indent=1) + "\n"
 
 
 def _path(ledger) -> Path:
-    from forgepatch.infra.journal import sha256
-    from forgepatch.paths import cache_dir
-
     return cache_dir("pending-tags") / f"{sha256(str(Path(ledger.path).resolve()).encode())[:32]}.json"
 
 
-def _read(ledger) -> dict[str, Any]:
+def _read(ledger) -> PendingRecord:
+    """The ledger's record (empty when there is none). BadInput, one line naming the file,
+    when it does not read: every release stops until a person has looked at it."""
     path = _path(ledger)
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        if doc.get("format") != FORMAT or not isinstance(doc.get("releases"), dict):
-            raise ValueError(f"format {doc.get('format')!r}")
-        return doc
+        data = path.read_bytes()
     except FileNotFoundError:
-        return {"format": FORMAT, "ledger": str(Path(ledger.path).resolve()), "releases": {}}
-    except (OSError, ValueError, AttributeError) as exc:
-        raise BadInput(f"{path}: unreadable record of an interrupted release's registry tags ({exc}); "
-                       f"inspect it, then remove it") from None
+        return PendingRecord(ledger=str(Path(ledger.path).resolve()))
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot read the {WHAT}: {exc.strerror}") from None
+    try:
+        doc = documents.read(path, data, schema=FORMAT, what=WHAT, list_key="releases", writer="forgepatch release",
+                             key="format", container=dict)
+        return documents.validate(PendingRecord, doc, path, WHAT)
+    except BadInput as exc:
+        raise BadInput(f"{exc}; inspect it, then remove it") from None
 
 
-def _write(ledger, doc: dict[str, Any]) -> None:
-    from forgepatch.infra.atomic import write_atomic
-
+def _write(ledger, record: PendingRecord) -> None:
     path = _path(ledger)
-    if doc["releases"]:
-        write_atomic(path, json.dumps(doc, indent=1) + "\n", durable=True)
+    if record.releases:
+        write_atomic(path, record.dumps(), durable=True)
     else:
         path.unlink(missing_ok=True)
 
 
 def add(ledger, tag: str, promotion) -> None:
     """Record the registry tags ``tag``'s release will set (before its ledger entry)."""
-    doc = _read(ledger)
-    doc["releases"][tag] = {"digest": promotion.digest_ref, "tags": list(promotion.tags), "pid": os.getpid()}
-    _write(ledger, doc)
+    record = _read(ledger)
+    record.releases[tag] = PendingTags(digest_ref=promotion.digest_ref, tags=list(promotion.tags), pid=os.getpid())
+    _write(ledger, record)
 
 
 def drop(ledger, tag: str) -> None:
-    doc = _read(ledger)
-    if doc["releases"].pop(tag, None) is not None:
-        _write(ledger, doc)
+    record = _read(ledger)
+    if record.releases.pop(tag, None) is not None:
+        _write(ledger, record)
 
 
 def complete(ledger, tag: str) -> list[str]:
     """Point the recorded tags of ``tag`` at its digest, then clear the record; returns the
     tags set. Failure (the record stays for the next release) when the registry refuses."""
-    from forgepatch.release import promote
-
-    rec = _read(ledger)["releases"].get(tag)
-    if rec is None:
+    pending = _read(ledger).releases.get(tag)
+    if pending is None:
         return []
-    promo = promote.Promotion(rec["digest"], list(rec["tags"]))
+    promo = pending.promotion()
     try:
         promote.promote(promo)
     except (ForgepatchError, OSError) as exc:
@@ -92,9 +133,6 @@ def recover(ledger) -> list[str]:
     """Finish (entry in the ledger) or drop (no entry) every release's pending registry tags.
     Returns the tags whose record was dropped: the caller says what became of each (its git
     tag may be there, and the same run record the release after all: ``rolled_back``)."""
-    from forgepatch.infra.atomic import stale_temps
-    from forgepatch.infra.journal import notify
-
     path = _path(ledger)
     if not path.is_file() and not stale_temps(path.parent, path.name):
         return []
@@ -105,7 +143,7 @@ def recover(ledger) -> list[str]:
         if not path.is_file():
             return []
         released = {e.tag for e in ledger.read(required=False)}
-        for tag in list(_read(ledger)["releases"]):
+        for tag in list(_read(ledger).releases):
             if tag in released:
                 refs = complete(ledger, tag)
                 notify(f"{ledger.path}: completed an interrupted release of {tag}: registry tag(s) {', '.join(refs)} set")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from forgepatch.combination import LABEL, image_tag, release_image_tag
 from forgepatch.combination.ledger import LedgerEntry
+from forgepatch.infra import registry
 from forgepatch.infra.refs import ImageRef, parse, parse_digest_ref
 
 
@@ -47,8 +48,6 @@ def problems(promo: Promotion, image_id: str) -> list[str]:
     """Why the registry cannot take this release (empty: it can): the digest is missing or
     names another image, or the release tag already names another digest (release tags
     never move; the validated tag follows the newest release)."""
-    from forgepatch.infra import registry
-
     ref = promo.ref
     found = registry.remote_image(ref)
     if found is None:
@@ -65,8 +64,6 @@ def problems(promo: Promotion, image_id: str) -> list[str]:
 
 def promote(promo: Promotion) -> dict[str, str | None]:
     """Point the tags at the digest (manifest PUT, no blob upload); what they named before."""
-    from forgepatch.infra import registry
-
     return registry.tag_remote(promo.ref, promo.tags)
 
 
@@ -74,8 +71,6 @@ def check(entry: LedgerEntry, newest: bool) -> list[tuple[bool, str]]:
     """(ok, detail) per registry fact of a ledger entry: each tag resolves to the recorded
     digest (the validated tag only for the newest release), the image there carries the
     recorded arch, pin and patchset and is the recorded image."""
-    from forgepatch.infra import registry
-
     rec = entry.image
     digest = rec.digest_ref
     tags = rec.registry_tags or []

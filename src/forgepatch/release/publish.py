@@ -28,9 +28,10 @@ from forgepatch.infra.gitrepo import format_trailers
 from forgepatch.errors import BadInput, Failure
 from forgepatch.infra.gitrepo import TagFacts
 from forgepatch.infra.refs import repository
-from forgepatch.infra.journal import notify, uninterrupted
+from forgepatch.infra.atomic import uninterrupted
+from forgepatch.infra.journal import notify
 from forgepatch.release import evidence as ev
-from forgepatch.release import pending
+from forgepatch.release import integrity, pending, promote
 from forgepatch.release.check import Combination, Evaluation, Inputs, Reason, evaluate, pairs
 from forgepatch.release.ledger import Ledger, chain_problem
 
@@ -240,8 +241,6 @@ def _registry_reasons(inp: Inputs, out: Outcome, comb: Combination) -> list[Reas
     """The registry side of a release (``release.promote``): the digest to promote, and
     whether the registry can take its tags. Unreachable registry / refused credentials are
     bad input (exit 2) before anything is tagged."""
-    from forgepatch.release import promote
-
     repo = inp.matrix.smoke.image_repo
     ran = {r.image_ref for r in comb.profiles.values() if r.image_ref}
     ran = {d for d in ran if repository(d) == repo}
@@ -260,8 +259,6 @@ def _registry_reasons(inp: Inputs, out: Outcome, comb: Combination) -> list[Reas
 
 def _publish(inp: Inputs, ledger: Ledger, out: Outcome, comb: Combination, existing: TagFacts | None) -> Outcome:
     """Write the release (or, with ``existing``, record a tag an interrupted run made)."""
-    from forgepatch.release import integrity
-
     api, now = inp.api, utctime.now()
     archives = {f.sha256: str(ledger.archive_results(f.data).relative_to(ledger.path.parent)) for f in comb.results}
     validated = validated_ref(inp.matrix.smoke.image_repo, comb.pin, comb.arch)

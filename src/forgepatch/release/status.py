@@ -65,8 +65,8 @@ def table(entries: list[LedgerEntry], matrix=None) -> Table:
 def checked(entries: list[LedgerEntry], matrix=None, repo=None):
     """(table, chain report): the chain is verified before anything is shown — the hash
     chain always, each entry against its release tag when ``repo`` (the fork) is given."""
-    from forgepatch.release import integrity
-    from forgepatch.release.ledger import chain_problem
+    from forgepatch.release import integrity  # heavy: pydantic (the typed ledger)
+    from forgepatch.release.ledger import chain_problem  # heavy: pydantic (the typed ledger)
 
     if repo is not None:
         release = getattr(matrix, "release", None)

@@ -23,7 +23,7 @@ from forgepatch.combination.results import SmokeResults
 from forgepatch.errors import BadInput
 from forgepatch.infra.gitrepo import GitRepo, TagFacts
 from forgepatch.release import evidence as ev
-from forgepatch.release import integrity
+from forgepatch.release import integrity, promote
 from forgepatch.release.ledger import Ledger, chain_problem, sha256_bytes
 from forgepatch.infra.refs import digest_of
 from forgepatch.release.publish import tag_identity
@@ -162,8 +162,6 @@ def _check_image(check, api, entry: LedgerEntry, newest: bool) -> None:
 
 def _check_registry(check, entry: LedgerEntry, newest: bool) -> None:
     """The registry tags still name the recorded digest, whose labels match the ledger."""
-    from forgepatch.release import promote
-
     for ok, detail in promote.check(entry, newest):
         check("registry", ok, detail)
     rec = entry.image

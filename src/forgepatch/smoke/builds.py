@@ -21,6 +21,7 @@ from forgepatch.combination import LABEL, packages_of_labels
 from forgepatch.combination import bakefile
 from forgepatch.combination.records import Build, BuildRecord, PackageBuild
 from forgepatch.errors import BadInput, Failure
+from forgepatch.infra import registry
 from forgepatch.infra.refs import parse, parse_digest_ref
 
 
@@ -42,8 +43,6 @@ def load_builds(paths: list[Path]) -> BuildRecord:
 
 def bake_builds(path: Path, bake: bakefile.BakeFile) -> list[Build]:
     """The image each target of ``bake`` pushed, read from the registry (nothing pulled)."""
-    from forgepatch.infra import registry
-
     out = []
     for name, target in bake.target.items():
         where = f"{path}: target {name!r}"

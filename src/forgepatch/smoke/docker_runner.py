@@ -19,12 +19,14 @@ import uuid
 from pathlib import Path
 
 from forgepatch.combination import CONTAINER_JOB, CONTAINER_OWNER, CONTAINER_RUN
-from forgepatch.infra.refs import is_digest_ref, repository
+from forgepatch.infra.refs import is_digest_ref, parse, parse_digest_ref, repository
 from forgepatch.errors import BadInput
+from forgepatch.infra import dockerapi, registry
 from forgepatch.inimage.monitor import LineSplitter
 from forgepatch.infra.dockerapi import repo_digest
 from forgepatch.inimage.toolchain import prelude
 from forgepatch.smoke.admission import admit
+from forgepatch.smoke.gpus import host_gpus
 from forgepatch.smoke.jobs import JobSpec, LogSink, RunOutcome
 
 LABEL, OWNER = CONTAINER_RUN, CONTAINER_OWNER  # container labels (forgepatch.combination)
@@ -48,8 +50,6 @@ class DockerRunner:
     name = "docker"
 
     def __init__(self, client=None, shm_size: str = "16g"):
-        from forgepatch.infra import dockerapi
-
         if client is None:
             try:
                 client = dockerapi.client()
@@ -64,8 +64,6 @@ class DockerRunner:
 
     # -- before anything runs -----------------------------------------------------------------
     def available_gpus(self) -> list[int]:
-        from forgepatch.smoke.gpus import host_gpus
-
         return host_gpus()
 
     def preflight(self, jobs: list[JobSpec]) -> None:
@@ -77,8 +75,6 @@ class DockerRunner:
         the registry's manifest and config first (nothing is pulled for a refused job), then
         pulled (``on_pull`` sees the progress)."""
         import docker.errors
-
-        from forgepatch.infra.refs import is_digest_ref, parse, parse_digest_ref
 
         if any(not j.image for j in jobs):
             raise BadInput("--runner docker needs an image for every job (--image or [smoke] image)")
@@ -106,17 +102,12 @@ class DockerRunner:
         self.reap_stale()
 
     def _remote_labels(self, ref) -> dict[str, str]:
-        from forgepatch.infra import registry
-
         found = registry.remote_image(ref)
         if found is None:
             raise BadInput(f"image {ref}: the registry {ref.host} has no such digest")
         return found.labels
 
     def _pull(self, image: str) -> None:
-        from forgepatch.infra import registry
-        from forgepatch.infra.refs import parse
-
         on = getattr(self, "on_pull", None)
         registry.pull(self.client.api, parse(image), (lambda kind, data: on(image, data)) if on else None)
 

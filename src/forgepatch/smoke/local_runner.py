@@ -9,7 +9,10 @@ from pathlib import Path
 from forgepatch.inimage.process import follow_session, start_session
 from forgepatch.inimage.toolchain import prelude
 from forgepatch.paths import PACKAGE_DIR
+from forgepatch.smoke import local_tree
+from forgepatch.smoke.gpus import host_gpus
 from forgepatch.smoke.jobs import JobSpec, LogSink, RunOutcome
+from forgepatch.smoke.local_tree import LOG_PREFIX, env_with
 
 
 class LocalRunner:
@@ -30,22 +33,16 @@ class LocalRunner:
         self._imports: dict[str, tuple[str, ...]] = {}  # arch -> import names of the packages its series patches
 
     def _runs_patched(self, spec: JobSpec) -> bool:
-        from forgepatch.smoke import local_tree
-
         if spec.arch not in self._imports:
             self._imports[spec.arch] = local_tree.patched_imports(self.matrix, self.patches, spec.arch)
         return local_tree.runs_sglang(spec, self._imports[spec.arch])
 
     def available_gpus(self) -> list[int]:
-        from forgepatch.smoke.gpus import host_gpus
-
         return host_gpus()
 
     def preflight(self, jobs: list[JobSpec]) -> None:
         """Build (or reuse) the patched tree of every (arch, pin) whose jobs run SGLang, and check
         that ``import sglang`` finds it; refuses before any job is launched."""
-        from forgepatch.smoke import local_tree
-
         if self.matrix is None:
             return
         for spec in jobs:
@@ -74,7 +71,6 @@ class LocalRunner:
         env["PYTHONUNBUFFERED"] = "1"
         if gpu_ids:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpu_ids))
-        from forgepatch.smoke.local_tree import env_with
 
         return env_with(self._tree(spec), env)
 
@@ -90,8 +86,6 @@ class LocalRunner:
         if tree is not None:
             sink.line(tree.log_line())
         elif self.matrix is not None:
-            from forgepatch.smoke.local_tree import LOG_PREFIX
-
             sink.line(f"{LOG_PREFIX} this job's command does not run sglang; environment unchanged")
         stdout: list[str] = []
         try:

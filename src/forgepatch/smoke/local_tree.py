@@ -32,6 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forgepatch.errors import BadInput, Failure
+from forgepatch.packages import get
+from forgepatch.patching.identity import engine_digest
+from forgepatch.patching.series import load_series, package_patchsets, packages_of, pin_package_tree
+from forgepatch.patching.service import run_arch
+from forgepatch.paths import cache_dir
+from forgepatch.sources import copy_non_py, resolve_source
 
 LOG_PREFIX = "[forgepatch] local runner:"
 
@@ -97,9 +103,6 @@ def runs_sglang(spec, names: tuple[str, ...] = ("sglang",)) -> bool:
 
 def patched_imports(matrix, patches, arch: str) -> tuple[str, ...]:
     """The import names of the packages the arch's series patches (sglang always)."""
-    from forgepatch.packages import get
-    from forgepatch.patching.series import load_series, packages_of
-
     names = ["sglang"] + [get(n, matrix).import_name for n in packages_of(load_series(matrix, arch, patches))
                           if n != "sglang" and get(n, matrix) is not None]
     return tuple(dict.fromkeys(names))
@@ -120,8 +123,6 @@ def job_python(spec, env: dict[str, str]) -> str:
 
 
 def _key(sources, patchset: str) -> str:
-    from forgepatch.patching.identity import engine_digest
-
     ident = "\0".join(f"{s.label}\0{s.revision or ''}" for s in sources) + f"\0{patchset}\0{engine_digest()}"
     return hashlib.sha256(ident.encode()).hexdigest()[:20]
 
@@ -129,8 +130,6 @@ def _key(sources, patchset: str) -> str:
 def _full_package(source, dest: Path, import_name: str = "sglang") -> None:
     """Every file of the pin's package into ``dest/IMPORT``: the cached sources the engine read,
     plus the rest of the wheel or git tree (``sources.copy_non_py``: configs, kernels, data)."""
-    from forgepatch.sources import copy_non_py
-
     target = dest / import_name
     shutil.copytree(source.package, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     copy_non_py(source, target)
@@ -140,12 +139,6 @@ def prepare(matrix, patches, arch: str, pin: str) -> LocalTree:
     """The pin's packages patched for ``arch``, built once and cached. Failure (exit 1) when the
     series does not hold on the pin (any package): no job is launched on a tree that is not the
     patched pin; BadInput when the pin names no release of a package the series patches."""
-    from forgepatch.packages import get
-    from forgepatch.patching.series import load_series, package_patchsets, packages_of, pin_package_tree
-    from forgepatch.patching.service import run_arch
-    from forgepatch.paths import cache_dir
-    from forgepatch.sources import resolve_source
-
     pin_name, pin_cfg = matrix.pin(pin)
     series = load_series(matrix, arch, patches)
     source = resolve_source(pin_cfg.source, matrix)

@@ -17,6 +17,8 @@ from typing import Callable
 from forgepatch.combination import smoke_image
 from forgepatch.combination.results import JobResult
 from forgepatch.errors import BadInput
+from forgepatch.inimage.signatures import with_overrides
+from forgepatch.smoke.gpus import check_gpus
 from forgepatch.smoke.jobs import JobSpec, Runner
 from forgepatch.smoke.verdict import judge
 
@@ -95,8 +97,6 @@ def job_spec(matrix, arch: str, pin: str, profile: str, image: str | None = None
 
 
 def validate_markers(specs: list[JobSpec]) -> None:
-    from forgepatch.inimage.signatures import with_overrides
-
     for spec in specs:
         try:
             with_overrides(spec.markers)
@@ -112,8 +112,6 @@ def run_jobs(specs: list[JobSpec], runner: Runner, logs_dir: Path, parallel: int
     enough GPU slots are free. On Ctrl-C every running job is cancelled (its container or
     process tree is stopped and removed) before KeyboardInterrupt propagates.
     """
-    from forgepatch.smoke.gpus import check_gpus
-
     slots = runner.available_gpus() if gpus is None else list(gpus)
     check_gpus(specs, slots, f"runner {runner.name!r}")
     validate_markers(specs)

@@ -14,6 +14,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from forgepatch.combination.results import JobResult
+from forgepatch.infra.atomic import write_atomic
 
 
 def cell(r: JobResult) -> str:
@@ -88,6 +89,4 @@ def to_junit(results: list[JobResult], name: str = "forgepatch-smoke") -> str:
 
 def write_text(path: Path, text: str) -> None:
     """Transactional write: temp file in the same directory, then rename."""
-    from forgepatch.infra.atomic import write_atomic
-
     write_atomic(Path(path), text)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from forgepatch.combination.results import JobResult
 from forgepatch.smoke.jobs import JobSpec
+from forgepatch.smoke.report import write_text
 
 
 class ResultCache:
@@ -26,8 +27,6 @@ class ResultCache:
             return None
 
     def put(self, key: str, result: JobResult) -> None:
-        from forgepatch.smoke.report import write_text
-
         write_text(self.root / f"{key}.json", json.dumps(result.to_dict(), indent=1, default=str))
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from forgepatch.inimage.monitor import extract_json
 from forgepatch.inimage.process import LineCallback, follow_session, start_session
 from forgepatch.paths import PACKAGE_DIR
 
@@ -48,8 +49,6 @@ class ProcessResult:
 def parse_document(stdout: str) -> dict[str, Any] | None:
     """The JSON object a job printed on stdout (the same rule ``forgepatch smoke`` uses:
     the last object starting at a line start; chatter before or after it is ignored)."""
-    from forgepatch.inimage.monitor import extract_json
-
     return extract_json(stdout)
 
 

@@ -13,14 +13,19 @@ from forgepatch.smoke.builds import use_builds
 from forgepatch.smoke.local_runner import LocalRunner
 from forgepatch.smoke.matrix import default_job_id, job_spec, parse_shard, plan as plan_jobs, run_jobs, select
 from forgepatch import utctime
+from forgepatch.infra.refs import is_digest_ref
+from forgepatch.inimage.monitor import triage_lines
+from forgepatch.patching.series import expected_packages, load_series
+from forgepatch.paths import cache_dir
+from forgepatch.smoke.bisect import bisect_profile, subset_id
+from forgepatch.smoke.docker_runner import DockerRunner
+from forgepatch.smoke.result_cache import ResultCache, cache_key
 
 
 def make_runner(name: str, matrix=None, patches=None):
     """The runner; the local one gets the matrix and patch library, to run SGLang jobs on the
     pin's patched tree (``smoke.local_tree``)."""
     if name == "docker":
-        from forgepatch.smoke.docker_runner import DockerRunner
-
         return DockerRunner()
     if name == "local":
         return LocalRunner(matrix=matrix, patches=patches)
@@ -28,8 +33,6 @@ def make_runner(name: str, matrix=None, patches=None):
 
 
 def logs_root(logs: Path | None) -> Path:
-    from forgepatch.paths import cache_dir
-
     root = Path(logs) if logs else cache_dir("smoke", "logs")
     run = root / utctime.compact()
     run.mkdir(parents=True, exist_ok=True)
@@ -50,8 +53,6 @@ def smoke(matrix, runner_name: str, arch=None, pin=None, profile=None, shard=Non
     ``builds`` (build records, ``combination.records``) give each job the digest built for its
     arch x pin and the build's audit; jobs on a digest also check the image's patchset against
     the patch files (``patches``) before anything is pulled."""
-    from forgepatch.infra.refs import is_digest_ref
-
     if builds and image:
         raise BadInput("--builds and --image are exclusive (the build record names each job's image)")
     if builds and runner_name != "docker":
@@ -72,8 +73,6 @@ def smoke(matrix, runner_name: str, arch=None, pin=None, profile=None, shard=Non
     run_dir = logs_root(logs)
     results = run_jobs(specs, runner, run_dir, parallel, on_result)
     if cache:
-        from forgepatch.smoke.result_cache import cache_key
-
         rc = result_cache()
         for spec, res in zip(specs, results):
             if res.status not in ("error", "interrupted"):
@@ -84,10 +83,6 @@ def smoke(matrix, runner_name: str, arch=None, pin=None, profile=None, shard=Non
 def expected_patchsets(matrix, patches, specs) -> None:
     """The patchset each job's arch has now, and each other package at the pin's release
     (what its image must carry)."""
-    from forgepatch.patching.series import load_series
-
-    from forgepatch.patching.series import expected_packages
-
     memo: dict[str, object] = {}
     for spec in specs:
         if spec.arch not in memo:
@@ -98,9 +93,6 @@ def expected_patchsets(matrix, patches, specs) -> None:
 
 
 def result_cache():
-    from forgepatch.paths import cache_dir
-    from forgepatch.smoke.result_cache import ResultCache
-
     return ResultCache(cache_dir("smoke", "results"))
 
 
@@ -117,9 +109,6 @@ def fingerprint(runner, spec) -> str:
 
 def bisect(matrix, runner_name: str, profile: str, arch=None, pin=None, image=None, logs: Path | None = None,
            cache: bool = True, patches=None):
-    from forgepatch.smoke.bisect import bisect_profile, subset_id
-    from forgepatch.smoke.result_cache import cache_key
-
     prof = matrix.profile(profile)
     if matrix.profile_kind(profile) != "server":
         raise BadInput(f"--bisect: profile {profile!r} has no SGLang flags to bisect (kind {matrix.profile_kind(profile)!r})")
@@ -194,8 +183,6 @@ def _stream_lines(f, seen: list[bool]):
 def triage(path: str, markers: dict | None = None, context: int = 3):
     """Triage a log file (or ``-``: stdin), streamed line by line."""
     import sys
-
-    from forgepatch.inimage.monitor import triage_lines
 
     where = "stdin" if path == "-" else path
     seen = [False]

@@ -6,7 +6,7 @@ from __future__ import annotations
 def declarative_codemod(name: str):
     """The codemod class for a declarative patch's ``codemod = "..."`` (default arch-gate)."""
     if name in ("arch-gate", "widen"):
-        from forgepatch.patching.codemods.arch_gate import ArchGateCodemod
+        from forgepatch.patching.codemods.arch_gate import ArchGateCodemod  # heavy: libcst
 
         return ArchGateCodemod
     if name in KINDS:

@@ -23,7 +23,7 @@ from forgepatch.patching.codemods.base import (
     FileContext, SiteCodemod, first_non_import_index, insert_definition, node_names_any,
 )
 from forgepatch.patching.astview import SIBLINGS
-from forgepatch.patching.model import Status
+from forgepatch.patching.model import FALLBACK_HELPER, Status
 from forgepatch.patching.predicates import Gate, Predicate, find_gates, or_operands, predicate, rename_family
 from forgepatch.patching.bindings import BOOL, CLASS, FUNCTION, IMPORT, UNKNOWN, VALUE, binding, resolved
 from forgepatch.patching.resolve import absolute_module, find_definition
@@ -156,10 +156,6 @@ def _block_binds(body, name: str) -> bool:
         if any(isinstance(b, cst.IndentedBlock) and _block_binds(b.body, name) for b in blocks):
             return True
     return False
-
-
-# how a run reports the fallback (``patch test`` holds examples to their ``fallback`` key)
-FALLBACK_HELPER = "from the arch registry (this tree does not provide it)"
 
 
 def local_helper(name: str, family: str) -> str:

@@ -18,7 +18,9 @@ from typing import Any, Callable
 import libcst as cst
 
 from forgepatch.arch import Arch
+from forgepatch.patching.markers import names_any
 from forgepatch.patching.model import Status
+from forgepatch.patching.predicates import find_gates
 
 
 @dataclass
@@ -92,8 +94,6 @@ class FileContext:
     def gates(self, body: cst.CSTNode) -> list:
         """``predicates.find_gates`` under ``body`` (a function's), its parents added to
         ``parents``; read once per node in a series."""
-        from forgepatch.patching.predicates import find_gates
-
         memo = self.series_memo
         held = memo.get(("gates", body)) if memo is not None else None
         if held is None:
@@ -153,8 +153,6 @@ class _Tokens(cst.CSTVisitor):
 
 def node_names_any(nodes, markers) -> bool:
     """Do the code tokens under ``nodes`` name one of ``markers``? (see ``patching.markers``)"""
-    from forgepatch.patching.markers import names_any
-
     visitor = _Tokens()
     for node in nodes:
         node.visit(visitor)

@@ -14,7 +14,9 @@ from typing import Any
 import libcst as cst
 
 from forgepatch.patching import archtest
+from forgepatch.patching.codemods.arch_gate import _Replace
 from forgepatch.patching.codemods.base import SiteCodemod
+from forgepatch.patching.model import Status
 
 
 def code_option(value: Any, where: str) -> str:
@@ -79,9 +81,6 @@ class ArchEditCodemod(SiteCodemod):
     def land(func, mapping: dict, ctx, site, symbol, what: str):
         """Replace each node of ``mapping`` in ``func``; one that did not land is reported
         ``incomplete`` (the self-check: never an edit claimed but not made). None: nothing to do."""
-        from forgepatch.patching.codemods.arch_gate import _Replace
-        from forgepatch.patching.model import Status
-
         if not mapping:
             return None
         replacer = _Replace(mapping, {**ctx.parents, func.body: func})

@@ -19,7 +19,9 @@ import fnmatch
 from dataclasses import dataclass
 from typing import Any
 
+from forgepatch.patching.filesite import site_result
 from forgepatch.patching.model import Location, SiteResult, Status
+from forgepatch.patching.patchkeys import one_str, shown, str_list
 
 KEYWORD = "supported_major_versions"
 
@@ -48,18 +50,16 @@ class MajorList:
 
     @staticmethod
     def parse_site(table: dict[str, Any], where: str, path) -> ListSite:
-        from forgepatch.patching import patchset as ps
-
         if "functions" not in table or "modules" not in table:
             raise ValueError(f"{where}: needs 'functions' (the JIT module builder holding the list) and 'modules'")
-        keyword = ps._str(table.get("keyword", KEYWORD), f"{where}.keyword", empty=False)
+        keyword = one_str(table.get("keyword", KEYWORD), f"{where}.keyword", empty=False)
         if not keyword.isidentifier():
-            raise ValueError(f"{where}.keyword: {ps._shown(keyword)} is not a keyword argument name")
-        modules = ps._str_list(table["modules"], f"{where}.modules")
+            raise ValueError(f"{where}.keyword: {shown(keyword)} is not a keyword argument name")
+        modules = str_list(table["modules"], f"{where}.modules")
         for m in modules:
             if not m.endswith(".py"):
-                raise ValueError(f"{where}.modules: {ps._shown(m)} is not a .py file (major-list edits Python)")
-        return ListSite(ps._str_list(table["functions"], f"{where}.functions"), modules, keyword)
+                raise ValueError(f"{where}.modules: {shown(m)} is not a .py file (major-list edits Python)")
+        return ListSite(str_list(table["functions"], f"{where}.functions"), modules, keyword)
 
     @staticmethod
     def run_site(run, name: str, spec: ListSite) -> SiteResult:
@@ -94,8 +94,6 @@ class MajorList:
             if not problem:
                 run.write(rel, new_text)
         if locations:
-            from forgepatch.patching.filepatch import site_result
-
             return site_result(name, locations)
         where = ", ".join(spec.modules)
         detail = (f"{', '.join(found_fn)} holds no `{spec.keyword}=[...]`" if found_fn
