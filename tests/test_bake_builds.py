@@ -11,6 +11,7 @@ the pushed image.
 
 from __future__ import annotations
 
+import io
 import json
 import uuid
 from pathlib import Path
@@ -74,15 +75,21 @@ def test_smoke_runs_the_images_a_pushed_bake_names(world, registry, docker_clien
     assert {j["image_id"] for j in jobs} == {built[name]}
     assert {j["profile"]: j["status"] for j in jobs}["ok"] == "pass"  # the job ran in that image
 
-    # the content tag pushed over with other content (the base image): refused, naming the label
+    # the content tag pushed over with other content (an image of its own over the base, so
+    # the shared base image gets no registry digest): refused, naming the label
     repo, tag = split_tag(target["tags"][0])
-    docker_client.api.tag(world.base, repo, tag, force=True)
+    other, _ = docker_client.images.build(fileobj=io.BytesIO(f"FROM {world.base}\nLABEL other=1\n".encode()),
+                                          rm=True)
+    world.built.add(other.id)  # removed with the session's images
+    docker_client.api.tag(other.id, repo, tag, force=True)
     for event in docker_client.api.push(repo, tag=tag, stream=True, decode=True):
         assert "error" not in event, event
     docker_client.api.tag(built[name], repo, tag, force=True)  # the local tag back on the bake's image
     r = world.on("smoke", "--runner", "docker", "--arch", ARCH, "--pin", PIN, "--builds", bake_file)
     assert_one_line_error(r, 2, f"{bake_file}: target {name!r}: {target['tags'][0]} names {repo}@sha256:")
     assert "not this target's image" in r.err
+    assert not [d for d in docker_client.api.inspect_image(world.base).get("RepoDigests") or []
+                if d.startswith(repo + "@")]  # the shared base got no registry digest
 
 
 def test_a_bake_file_not_written_by_forgepatch_is_bad_input(world, tmp_path):
