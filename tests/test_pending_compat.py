@@ -8,7 +8,6 @@ record that does not read stops the release with one line naming the file, and i
 from __future__ import annotations
 
 import hashlib
-import http.client
 import json
 import shutil
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 from forgepatch.errors import BadInput
 from forgepatch.release import pending
 from forgepatch.release.ledger import Ledger
+from support.local_registry import registry_http
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RECORD = FIXTURES / "pending-tags-v1" / "record.json"
@@ -48,30 +48,20 @@ class TinyImage:
     @classmethod
     def push(cls, host: str, repo: str) -> None:
         for blob in (cls.LAYER, cls.CONFIG):
-            status, headers, body = _http(host, "POST", f"/v2/{repo}/blobs/uploads/", b"")
+            status, headers, body = registry_http(host, "POST", f"/v2/{repo}/blobs/uploads/", b"")
             assert status == 202, (status, body[:200])
             location = headers["Location"]
             location = location.split(host, 1)[1] if "://" in location else location
-            status, _, body = _http(host, "PUT", f"{location}{'&' if '?' in location else '?'}digest={_sha(blob)}", blob,
+            status, _, body = registry_http(host, "PUT", f"{location}{'&' if '?' in location else '?'}digest={_sha(blob)}", blob,
                                     {"Content-Type": "application/octet-stream"})
             assert status == 201, (status, body[:200])
-        status, _, body = _http(host, "PUT", f"/v2/{repo}/manifests/{cls.DIGEST}", cls.MANIFEST,
+        status, _, body = registry_http(host, "PUT", f"/v2/{repo}/manifests/{cls.DIGEST}", cls.MANIFEST,
                                 {"Content-Type": "application/vnd.oci.image.manifest.v1+json"})
         assert status == 201, (status, body[:200])
 
 
-def _http(host: str, method: str, path: str, body: bytes | None = None, headers: dict | None = None):
-    conn = http.client.HTTPConnection(host, timeout=60)
-    try:
-        conn.request(method, path, body=body, headers=headers or {})
-        resp = conn.getresponse()
-        return resp.status, dict(resp.getheaders()), resp.read()
-    finally:
-        conn.close()
-
-
 def _tag_digest(host: str, repo: str, tag: str) -> str | None:
-    status, headers, _ = _http(host, "HEAD", f"/v2/{repo}/manifests/{tag}",
+    status, headers, _ = registry_http(host, "HEAD", f"/v2/{repo}/manifests/{tag}",
                                headers={"Accept": "application/vnd.oci.image.manifest.v1+json"})
     return headers.get("Docker-Content-Digest") if status == 200 else None
 

@@ -18,7 +18,6 @@ its own request count) in front of the real registry.
 from __future__ import annotations
 
 import hashlib
-import http.client
 import json
 import shutil
 import subprocess
@@ -30,6 +29,7 @@ import pytest
 
 from support.killmatrix import _cli, crash_matrix
 from support.release_world import ARCH, PIN, RUN_ID, TAG, World, cli_env, git
+from support.local_registry import registry_http
 
 pytestmark = pytest.mark.docker
 VALIDATED, RELEASE_TAG = f"{PIN}-{ARCH}-validated", "forgepatch-p23-sm120"
@@ -74,33 +74,23 @@ def base(tmp_path_factory, template_repo, docker_client, base_image, release_ima
     return Base(w, results, built.json()["digest"].partition("@")[2], built.json()["image_id"], registry.host)
 
 
-def _http(host: str, method: str, path: str, body: bytes | None = None, headers: dict | None = None):
-    conn = http.client.HTTPConnection(host, timeout=60)
-    try:
-        conn.request(method, path, body=body, headers=headers or {})
-        resp = conn.getresponse()
-        return resp.status, dict(resp.getheaders()), resp.read()
-    finally:
-        conn.close()
-
-
 def _mirror(base: Base, repo: str) -> None:
     """The pushed image under the new repository ``repo`` (blobs mounted, manifest put by
     digest: the same digest, no tag)."""
     src, dst = base.path(base.world.image_repo), base.path(repo)
-    status, headers, raw = _http(base.upstream, "GET", f"/v2/{src}/manifests/{base.digest}", headers={"Accept": ACCEPT})
+    status, headers, raw = registry_http(base.upstream, "GET", f"/v2/{src}/manifests/{base.digest}", headers={"Accept": ACCEPT})
     assert status == 200, (status, raw[:200])
     doc = json.loads(raw)
     for blob in [doc["config"]["digest"], *(layer["digest"] for layer in doc["layers"])]:
-        status, _, body = _http(base.upstream, "POST", f"/v2/{dst}/blobs/uploads/?mount={blob}&from={src}", b"")
+        status, _, body = registry_http(base.upstream, "POST", f"/v2/{dst}/blobs/uploads/?mount={blob}&from={src}", b"")
         assert status == 201, (status, body[:200])
-    status, _, body = _http(base.upstream, "PUT", f"/v2/{dst}/manifests/{base.digest}", raw,
+    status, _, body = registry_http(base.upstream, "PUT", f"/v2/{dst}/manifests/{base.digest}", raw,
                             {"Content-Type": headers.get("Content-Type", doc.get("mediaType", ""))})
     assert status == 201, (status, body[:200])
 
 
 def _head(base: Base, repo: str, tag: str) -> str | None:
-    status, headers, _ = _http(base.upstream, "HEAD", f"/v2/{base.path(repo)}/manifests/{tag}", headers={"Accept": ACCEPT})
+    status, headers, _ = registry_http(base.upstream, "HEAD", f"/v2/{base.path(repo)}/manifests/{tag}", headers={"Accept": ACCEPT})
     return headers.get("Docker-Content-Digest") if status == 200 else None
 
 

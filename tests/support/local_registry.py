@@ -6,6 +6,7 @@ can assert what was (not) uploaded."""
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import os
 import re
@@ -111,3 +112,14 @@ def stop_pid(pid: int, wait: float = 10) -> None:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def registry_http(host: str, method: str, path: str, body: bytes | None = None, headers: dict | None = None):
+    """One plain HTTP request to a registry (status, headers, body): what the tests send around forgepatch."""
+    conn = http.client.HTTPConnection(host, timeout=60)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        resp = conn.getresponse()
+        return resp.status, dict(resp.getheaders()), resp.read()
+    finally:
+        conn.close()

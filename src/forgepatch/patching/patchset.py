@@ -165,15 +165,7 @@ def build_patch(data: dict[str, Any], codemod: Any, path: Path | None = None) ->
     unknown keys, and example paths that leave the example's tree."""
     if not isinstance(data, dict):
         raise ValueError(f"PATCH: expected a table, got {shown(data)}")
-    for key in ("id", "summary", "arches", "sites"):
-        if key not in data:
-            raise ValueError(f"{key}: missing")
-    no_unknown_keys(data, _PATCH_KEYS, "")
-    pid = data["id"]
-    if not isinstance(pid, str) or len(pid) > 100 or not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", pid):
-        raise ValueError(f"id: {shown(pid)} must be lower-case letters, digits, '-', '.', '_'")
-    if path is not None and path.stem != pid:
-        raise ValueError(f"id: {pid!r} does not match the file name {path.name!r}")
+    pid = _patch_id(data, path, _PATCH_KEYS)
     summary = one_str(data["summary"], "summary", empty=False)
     if "codemod" in data:
         one_str(data["codemod"], "codemod", empty=False)
@@ -257,18 +249,26 @@ def build_patch(data: dict[str, Any], codemod: Any, path: Path | None = None) ->
     )
 
 
-def build_file_patch(data: dict[str, Any], kind_name: str, path: Path | None, raw: bytes) -> Patch:
-    """A ``Patch`` of a file kind from its TOML table. Raises ValueError('key: msg')."""
-    kind = filepatch.kind_class(kind_name)
+def _patch_id(data: dict[str, Any], path: Path | None, keys: set[str]) -> str:
+    """The head every patch table shares: its required keys, no key outside ``keys``, an id
+    of the allowed spelling that names its file. Raises ValueError('key: msg')."""
     for key in ("id", "summary", "arches", "sites"):
         if key not in data:
             raise ValueError(f"{key}: missing")
-    no_unknown_keys(data, {"id", "summary", "arches", "sites", "applies_to", "applies_to_reason", "codemod", "package"}, "")
+    no_unknown_keys(data, keys, "")
     pid = data["id"]
     if not isinstance(pid, str) or len(pid) > 100 or not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", pid):
         raise ValueError(f"id: {shown(pid)} must be lower-case letters, digits, '-', '.', '_'")
     if path is not None and path.stem != pid:
         raise ValueError(f"id: {pid!r} does not match the file name {path.name!r}")
+    return pid
+
+
+def build_file_patch(data: dict[str, Any], kind_name: str, path: Path | None, raw: bytes) -> Patch:
+    """A ``Patch`` of a file kind from its TOML table. Raises ValueError('key: msg')."""
+    kind = filepatch.kind_class(kind_name)
+    pid = _patch_id(data, path, {"id", "summary", "arches", "sites", "applies_to", "applies_to_reason", "codemod",
+                                 "package"})
     summary = one_str(data["summary"], "summary", empty=False)
     arches = str_list(data["arches"], "arches")
     for a in arches:
