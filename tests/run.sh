@@ -32,6 +32,7 @@ TORCH_SITE=${FORGEPATCH_CACHE_DIR:-$HOME/.cache/forgepatch}/torch-cpu
 [ -d "$TORCH_SITE/torch" ] || python3 -m pip install -q --target "$TORCH_SITE" torch==2.13.0
 export FORGEPATCH_TEST_TORCH=$TORCH_SITE
 export FORGEPATCH_STRICT=1          # tools the suite needs must be present: fail, don't skip
+export FORGEPATCH_CHECK_SPLICE=1    # every spliced edit is compared with the whole module generated (patching/splice.py)
 export FORGEPATCH_REQUIRE_DOCKER=1   # docker tests fail, not skip, when the engine is missing
 # one worker per core (pytest-xdist); the modules that use the Docker engine or a registry
 # run together on one of them, in order (tests/conftest.py: ENGINE_FIXTURES)

@@ -19,7 +19,6 @@ are definitions, not gates: the places that use them are.
 
 from __future__ import annotations
 
-import gc
 import time
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from forgepatch.gates.model import Inventory
 from forgepatch.gates.reads import ArchReads
 from forgepatch.gates.scan import TOKENS, SourceFile, candidates, parse_file, read_tree
 from forgepatch.gates.walk import gates_of
+from forgepatch.infra.gcpause import gc_paused
 
 
 def inventory(package: Path, source: str = "", version: str | None = None) -> Inventory:
@@ -41,13 +41,8 @@ def inventory_files(all_files: dict[str, bytes], source: str = "", version: str 
     """The gates of a package given as {path inside the package: bytes} (a directory, a
     wheel or a git tree read the same way)."""
     started = started if started is not None else time.perf_counter()
-    enabled = gc.isenabled()
-    gc.disable()  # thousands of short-lived AST nodes: collection passes cost more than they free
-    try:
+    with gc_paused():  # thousands of short-lived AST nodes: collection passes cost more than they free
         return _inventory_files(all_files, source, version, started)
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _inventory_files(all_files: dict[str, bytes], source: str, version: str | None, started: float) -> Inventory:

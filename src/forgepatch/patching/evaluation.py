@@ -685,17 +685,18 @@ class Version:
     trees: dict[str, ast.Module] = field(default_factory=dict)
     broken: dict[str, str] = field(default_factory=dict)
 
-    def parse(self, same: Version | None = None, shared: dict[str, tuple[str, ast.Module]] | None = None) -> None:
+    def parse(self, same: Version | None = None, shared: dict[tuple[str, str], ast.Module] | None = None) -> None:
         """``same``: the other state; a file whose text did not change shares its tree (read
-        only here; every memo over nodes belongs to one state's judge). ``shared`` (rel ->
-        (text, tree)) holds the trees of earlier patches of the series: a text parsed once."""
+        only here; every memo over nodes belongs to one state's judge). ``shared`` ((rel,
+        text) -> tree) holds the trees of the series' texts (``engine._Overlay.ast_tree``):
+        a text parsed once, whichever patch or step asks."""
         for rel, text in self.texts.items():
             if same is not None and same.texts.get(rel) == text and rel in same.trees:
                 self.trees[rel] = same.trees[rel]
                 continue
-            held = shared.get(rel) if shared is not None else None
-            if held is not None and held[0] == text:
-                self.trees[rel] = held[1]
+            held = shared.get((rel, text)) if shared is not None else None
+            if held is not None:
+                self.trees[rel] = held
                 continue
             try:
                 self.trees[rel] = ast.parse(text)
@@ -703,7 +704,7 @@ class Version:
                 self.broken[rel] = f"{rel}:{exc.lineno}: {exc.msg}"
                 continue
             if shared is not None:
-                shared[rel] = (text, self.trees[rel])
+                shared[(rel, text)] = self.trees[rel]
 
 
 def arch_reader(index_names: set[str]) -> Callable[[ast.AST], bool]:
@@ -858,7 +859,7 @@ def verify_patch(before: dict[str, str], after: dict[str, str], library: Callabl
                  markers: list[str], site_functions: dict[str, set[str]], arch: Arch, patch_arches: list[str],
                  widening: bool, absorbed: set[tuple[str, str]], line_back: Callable[[str, int], int],
                  changed: set[str], within: dict[str, tuple[str, ...]] | None = None,
-                 trees: dict[str, tuple[str, ast.Module]] | None = None,
+                 trees: dict[tuple[str, str], ast.Module] | None = None,
                  memo: dict[str, dict] | None = None) -> list[GateCheck]:
     """Judge every gate of the feature in the examined files (``before``/``after``: rel ->
     text, the same keys). ``library`` gives parsed definitions of other modules the examined
@@ -882,6 +883,7 @@ def verify_patch(before: dict[str, str], after: dict[str, str], library: Callabl
     memo = memo if memo is not None else {}
     found_roots: dict[tuple, tuple[ast.Module, list[_Root]]] = memo.setdefault("roots", {})
     binds_memo: dict[int, tuple] = memo.setdefault("binds", {})  # id(tree) -> (tree, ...): the tree held
+    judges: dict[tuple, tuple] = memo.setdefault("judges", {})  # see ``_judge_of``
     marker_key = tuple(markers)
     within_key = tuple(sorted(within.items())) if within else ()
     # a step that changed none of the examined files (a patch whose gates an earlier one of
@@ -893,11 +895,7 @@ def verify_patch(before: dict[str, str], after: dict[str, str], library: Callabl
         if label == "after" and unchanged:
             judged["after"] = judged["before"]
             break
-        files = [SourceFile(rel, b"", [Block(list(tree.body))]) for rel, tree in version.trees.items()]
-        index = Index(lib + files)
-        names = frozenset(_derived(version.trees, set(), binds_memo))
-        reads = Reader(set(names))
-        judge = Judge(index, reads)
+        names, reads, judge, judged_roots = _judge_of(version, lib, judges, binds_memo)
         out: dict[tuple, tuple[_Root, dict | None, str | None]] = {}
         for rel, tree in version.trees.items():
             # the gates of a tree depend on it, the arch names, the markers, the site functions
@@ -914,12 +912,16 @@ def verify_patch(before: dict[str, str], after: dict[str, str], library: Callabl
                 found_roots[key] = (tree, roots)  # the tree held: its id stays its own
             for root in roots:
                 line = root.line if label == "before" else line_back(rel, root.line)
-                try:
-                    values, why = judge.values(root), None
-                except _Undecided as exc:
-                    values, why = None, f"cannot evaluate `{exc.what}` on {exc.arch}"
-                except RecursionError:
-                    values, why = None, "too deep to evaluate"
+                held_values = judged_roots.get(id(root))
+                if held_values is None or held_values[0] is not root:
+                    try:
+                        values, why = judge.values(root), None
+                    except _Undecided as exc:
+                        values, why = None, f"cannot evaluate `{exc.what}` on {exc.arch}"
+                    except RecursionError:
+                        values, why = None, "too deep to evaluate"
+                    held_values = judged_roots[id(root)] = (root, values, why)
+                values, why = held_values[1], held_values[2]
                 key = (rel, root.qual, root.mode, line)
                 n = 0
                 while key + (n,) in out:
@@ -965,6 +967,25 @@ def verify_patch(before: dict[str, str], after: dict[str, str], library: Callabl
         checks.append(GateCheck(rel, line, qual, expr, status, reason, before_values, values, held,
                                 outside_within=root.outside_within))
     return _admission(checks, arch, references or _references(arch), absorbed)
+
+
+def _judge_of(version: Version, lib: list[SourceFile], judges: dict[tuple, tuple],
+              binds_memo: dict[int, tuple]) -> tuple[frozenset[str], Reader, Judge, dict[int, tuple]]:
+    """The judge of one state of the examined files over ``lib``: (the arch names it reads,
+    its reader, the judge, its values per root: id(root) -> (root, values, why)). Held in
+    ``judges`` for the series: a patch that examines the same trees over the same library
+    as an earlier one (a patch of the same feature after one that changed none of its files)
+    is judged by the same judge, and each root it shares is evaluated once. The key holds
+    object ids; the entry holds the objects, so no id is reused while it is held."""
+    key = (tuple((rel, id(tree)) for rel, tree in version.trees.items()), tuple(id(f) for f in lib))
+    held = judges.get(key)
+    if held is None:
+        files = [SourceFile(rel, b"", [Block(list(tree.body))]) for rel, tree in version.trees.items()]
+        names = frozenset(_derived(version.trees, set(), binds_memo))
+        reads = Reader(set(names))
+        held = judges[key] = ((list(version.trees.values()), list(lib)), names, reads,
+                              Judge(Index(lib + files), reads), {})
+    return held[1], held[2], held[3], held[4]
 
 
 def _admission(checks: list[GateCheck], arch: Arch, refs: list[str], absorbed) -> list[GateCheck]:

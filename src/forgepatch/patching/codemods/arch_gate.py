@@ -185,7 +185,7 @@ class ArchGateCodemod(SiteCodemod):
         ctx.parents[func.body] = func
         chosen = [gate for gate in ctx.gates(func.body)
                   if self._eligible(gate, site, target)
-                  and (not site.markers or node_names_any(gated_unit(gate.node, ctx), site.markers))
+                  and (not site.markers or ctx.names_any(gated_unit(gate.node, ctx), site.markers))
                   and (not site.within or within_named(gate.node, func, site.within, ctx))]
         chosen = [gate for gate in chosen if not self._ignored(gate, site, symbol, ctx)]
         if not chosen:

@@ -18,7 +18,6 @@ import libcst as cst
 from forgepatch.arch import ARCHES
 from forgepatch.patching import archtest
 from forgepatch.patching.codemods.arch_gate import gated_unit
-from forgepatch.patching.codemods.base import node_names_any
 from forgepatch.patching.codemods.kinds import ArchEditCodemod, walk
 from forgepatch.patching.model import Status
 from forgepatch.patching.predicates import Gate
@@ -91,7 +90,7 @@ class NarrowCodemod(ArchEditCodemod):
                           for pred in gate.predicates if pred.family == family]
         ctx.parents.update(walk(func).parents)  # every node: the gate finder skips predicates in a chain
         chosen = [(gate, pred) for gate, pred in candidates
-                  if not site.markers or node_names_any(gated_unit(pred.node, ctx), site.markers)]
+                  if not site.markers or ctx.names_any(gated_unit(pred.node, ctx), site.markers)]
         if not chosen:
             return None
         if site.gates == "one" and len(chosen) > 1:
