@@ -44,7 +44,7 @@ from forgepatch.gates.evaluate import Evaluator, Scope, is_property, transparent
 from forgepatch.gates.index import Index, absolute_module, module_files
 from forgepatch.gates.reads import ArchReads
 from forgepatch.gates.scan import Block, SourceFile, parse_file
-from forgepatch.gates.values import UNKNOWN, VERSION, Func, Partial, plain, truth
+from forgepatch.gates.values import UNKNOWN, VERSION, Func, Partial, plain
 from forgepatch.patching.markers import Matcher
 
 # words that name an arch fact: what the closed world is about
