@@ -108,3 +108,46 @@ def test_needles_sharing_a_part_are_grouped():
     assert len(shared) == 1 and sorted(alone) == [b"FUSE_ALLREDUCE", b"is_sm"]
     (part, members), = shared.items()
     assert len(part) == engine.PART and all(part in m for m in members) and len(members) == 3
+
+
+# -- a file no patch changes is never parsed whole ---------------------------------------------
+
+def _result_view(res):
+    return [(p.patch_id, p.status.value, p.changes, [(c.file, c.line, c.function, c.status, c.before, c.after)
+                                                     for c in p.checks]) for p in res.patches] + [_site_view(res)]
+
+
+def test_a_patch_that_changes_nothing_leaves_its_file_unparsed(tmp_path, monkeypatch):
+    """The example series (every kind, every arch it names) over releases where its patches
+    apply, are absorbed upstream or find nothing: site functions are read one by one first,
+    and a file is parsed whole only where a patch changes it. The results (statuses, lines,
+    texts, every judged gate) are those of the engine that parses every site file whole."""
+    from pathlib import Path
+
+    from forgepatch.sources import pypi_tree
+
+    examples = sorted((Path(__file__).resolve().parents[1] / "docs" / "examples" / "patches").glob("*.toml"))
+    patches = [load_patch(FUSION)] + [load_patch(p) for p in examples]
+    parsed: list[str] = []
+    real_module = engine._Overlay.module
+
+    def module(self, rel, text):
+        parsed.append(rel)
+        return real_module(self, rel, text)
+
+    monkeypatch.setattr(engine._Overlay, "module", module)
+    spared = set()
+    for version, arch in (("0.5.23", "sm120"), ("0.5.15", "sm120"), ("0.5.23", "sm103"), ("0.5.10", "sm121")):
+        package = pypi_tree(version).package
+        parsed.clear()
+        fast = engine.run_patches(DirTree(package, True), patches, get_arch(arch), version)
+        changed = {rel for p in fast.patches for rel in p.changes}
+        assert set(parsed) <= changed, (version, arch, set(parsed) - changed)
+        spared |= {(version, loc.file) for p in fast.patches for site in p.sites for loc in site.locations
+                   if loc.file and loc.file not in changed}  # a site read, its file never parsed
+        with monkeypatch.context() as whole:
+            whole.setattr(engine, "_declarative", lambda patch: False)
+            slow = engine.run_patches(DirTree(package, True), patches, get_arch(arch), version)
+        assert _result_view(fast) == _result_view(slow), (version, arch)
+        assert fast.verified == slow.verified
+    assert ("0.5.23", "srt/arg_groups/attention_hook.py") in spared, spared  # trtllm-mha-prefill: absorbed upstream

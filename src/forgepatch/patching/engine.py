@@ -187,6 +187,14 @@ def edit_file(text: str, rel: str, patch: Patch, sites: list[Site], arch: Arch, 
     held = overlay.modules.get(rel)
     if not (emit and held is not None and held[0] == text):  # a held module: no parse follows
         parselimits.check(text, overlay.display(rel))  # before any libcst parse (a crash or minutes otherwise)
+        if emit and _declarative(patch):
+            # the file is not parsed yet: its site functions first, each on its own; a
+            # patch that changes none of them (absorbed upstream, already applied) needs no
+            # module, its findings are the scan's (the codemod reads the text, never the
+            # module, inside a function); one that changes one is run on the parsed module
+            scanned = edit_file(text, rel, patch, sites, arch, overlay, pristine, emit=False)
+            if not any(f.status is Status.APPLIED for f in scanned[1]):
+                return scanned
     wanted = {fn for s in sites for fn in s.functions}
     functions = None if emit else scan_functions(text, wanted)
     if functions is None:
@@ -263,6 +271,12 @@ def edit_file(text: str, rel: str, patch: Patch, sites: list[Site], arch: Arch, 
 
 
 READS_ARCH = " [reads the arch]"
+
+
+def _declarative(patch: Patch) -> bool:
+    """A patch of a shipped edit kind (``.toml``): its codemod reads a function's text and
+    nodes only. A custom ``.py`` codemod may read the whole module in ``edit_function``."""
+    return patch.path is None or not str(patch.path).endswith(".py")
 
 
 def _in_modules(entry: str, site: Site) -> bool:
