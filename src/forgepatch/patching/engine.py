@@ -48,7 +48,7 @@ class _Overlay:
         self.keep_bytes = False
         self._bytes: dict[str, bytes] = {}
         self.modules: dict[str, tuple[str, cst.Module]] = {}
-        self.node_memo: dict[tuple[str, cst.CSTNode], object] = {}  # FileContext.series_memo
+        self.node_memo: dict[tuple, object] = {}  # FileContext.series_memo, and per module or text: its site functions
         # the same for the evaluation: ast trees of texts, parsed modules a file imports from
         self.ast_trees: dict[tuple[str, str], Any] = {}  # (rel, text) -> its stdlib ast (``ast_tree``)
         self.library_files: dict[str, tuple[bytes, Any]] = {}
@@ -196,7 +196,7 @@ def edit_file(text: str, rel: str, patch: Patch, sites: list[Site], arch: Arch, 
             if not any(f.status is Status.APPLIED for f in scanned[1]):
                 return scanned
     wanted = {fn for s in sites for fn in s.functions}
-    functions = None if emit else scan_functions(text, wanted)
+    functions = None if emit else _scanned(overlay, text, wanted)
     if functions is None:
         module = overlay.module(rel, text)
         key = ("functions", module, frozenset(wanted))  # the same module: the same functions
@@ -271,6 +271,17 @@ def edit_file(text: str, rel: str, patch: Patch, sites: list[Site], arch: Arch, 
 
 
 READS_ARCH = " [reads the arch]"
+
+
+def _scanned(overlay: _Overlay, text: str, wanted: set[str]):
+    """``scan_functions``; in a series once per text and names, so a later patch reading the
+    same functions gets the same nodes (and what the series read off them)."""
+    if not overlay.keep_bytes:
+        return scan_functions(text, wanted)
+    key = ("scan", text, frozenset(wanted))
+    if key not in overlay.node_memo:
+        overlay.node_memo[key] = scan_functions(text, wanted)
+    return overlay.node_memo[key]
 
 
 def _declarative(patch: Patch) -> bool:
