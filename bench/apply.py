@@ -137,9 +137,9 @@ def series_cli(tree, version: str, where: Path, made: dict, runs: int) -> dict:
         ids = ", ".join(f'"{p.id}"' for p in patches)
         config.write_text(f'default_pin = "p"\n[pins.p]\npypi = "{version}"\n[arches.sm120]\npatches = [{ids}]\n')
         base = exe + ["--config", str(config), "--patches", str(where)]
-        subprocess.run(base + ["patch", "lock", "--arch", "sm120", "--source", str(tree.package.parent)],
+        subprocess.run(base + ["patch", "lock", "--arch", "sm120", "--source", f"pypi:{version}"],
                        check=True, capture_output=True)
-        cmds[n] = base + ["apply", "--arch", "sm120", "--source", str(tree.package.parent), "--check"]
+        cmds[n] = base + ["apply", "--arch", "sm120", "--source", f"pypi:{version}", "--check"]
         done = subprocess.run(cmds[n] + ["--json"], capture_output=True, text=True)
         report = json.loads(done.stdout or "{}")  # --check exits 1 when the series would change files
         assert done.returncode == 1 and report.get("status") == "changed" and report.get("verified"), \
@@ -169,7 +169,7 @@ def main() -> None:
 
     tree = pypi_tree(args.version)
     exe = [sys.executable, "-m", "forgepatch"]
-    apply_cmd = exe + ["apply", "--arch", "sm120", "--source", str(tree.package.parent), "--check"]
+    apply_cmd = exe + ["apply", "--arch", "sm120", "--source", f"pypi:{args.version}", "--check"]
     wall(apply_cmd)  # warm the page cache
     applies = [wall(apply_cmd) for _ in range(args.runs)]
     helps = [wall(exe + ["--help"]) for _ in range(args.runs)]
@@ -180,7 +180,7 @@ def main() -> None:
     pypi_tree(args.flashinfer, KNOWN["flashinfer"])  # downloaded and unpacked once, before timing
     project = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "packages"
     two_cmd = exe + ["--config", str(project / "matrix.toml"), "--patches", str(project / "patches"), "apply",
-                     "--arch", "sm120", "--source", str(tree.package.parent), "--source",
+                     "--arch", "sm120", "--source", f"pypi:{args.version}", "--source",
                      f"pypi:flashinfer-python=={args.flashinfer}", "--check"]
     wall(two_cmd)
     one_package, two_packages = [], []
