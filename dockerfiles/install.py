@@ -218,16 +218,24 @@ def install_dist_info(name: str, target: str) -> None:
     dest = os.path.join(os.path.dirname(target), infos[0])
     if os.path.lexists(dest):
         fail("%s exists but python3 finds no %s distribution" % (dest, dist))
-    for dirpath, _dirs, files in os.walk(src):
-        for fname in sorted(files):
-            rel = os.path.relpath(os.path.join(dirpath, fname), src)
-            out = os.path.join(dest, rel)
-            os.makedirs(os.path.dirname(out), exist_ok=True)
-            shutil.copyfile(os.path.join(dirpath, fname), out)
-            os.chmod(out, 0o644)
+    copy_files(src, dest)
     if installed_version(dist) != version:
         fail("python3 does not find %s %s after installing %s" % (dist, version, dest))
     print("%s %s: distribution metadata at %s" % (dist, version, dest))
+
+
+def copy_files(src_root: str, dest: str) -> list:
+    """Every file under ``src_root`` to the same place under ``dest`` (mode 0644); the paths
+    written."""
+    written = []
+    for dirpath, _dirs, files in os.walk(src_root):
+        for fname in sorted(files):
+            out = os.path.join(dest, os.path.relpath(os.path.join(dirpath, fname), src_root))
+            os.makedirs(os.path.dirname(out), exist_ok=True)
+            shutil.copyfile(os.path.join(dirpath, fname), out)
+            os.chmod(out, 0o644)
+            written.append(out)
+    return written
 
 
 def other_packages() -> list:
@@ -254,17 +262,10 @@ def cmd_overlay() -> None:
     """Each other package's changed files into the directory Python imports it from."""
     for name in other_packages():
         target = os.path.realpath(os.path.join(PACKAGE_LINKS, name))
-        src_root = os.path.join(OTHER_OVERLAY, name)
-        count = 0
-        for dirpath, _dirs, files in os.walk(src_root):
-            for fname in sorted(files):
-                rel = os.path.relpath(os.path.join(dirpath, fname), src_root)
-                out = os.path.join(target, rel)
-                os.makedirs(os.path.dirname(out), exist_ok=True)
-                shutil.copyfile(os.path.join(dirpath, fname), out)
-                os.chmod(out, 0o644)
-                drop_bytecode(os.path.dirname(out), fname)
-                count += 1
+        written = copy_files(os.path.join(OTHER_OVERLAY, name), target)
+        for out in written:
+            drop_bytecode(os.path.dirname(out), os.path.basename(out))
+        count = len(written)
         check_imported_from(name, target)
         print("%s at %s: %d patched files" % (name, target, count))
 

@@ -44,7 +44,7 @@ def test_the_same_ranges_as_the_metadata_wrapper():
        st.sampled_from(["", "@dec\n", "@dec(1)\n# note\n"]))
 def test_any_shape_of_function(lines, decorator):
     """Comments, blank lines, decorators, multi-line statements: the same ranges."""
-    body = "\n".join("    " + line if line else "" for line in "\n".join(lines).splitlines()) or "    pass"
+    body = "\n".join("    " + line if line else "" for line in "\n".join(lines).splitlines())
     if not body.strip():
         body = "    pass"
     func = cst.parse_module(f"{decorator}def f(a, b):\n{body}\n    return a\n").body[0]

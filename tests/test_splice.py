@@ -21,18 +21,15 @@ from forgepatch.sources import pypi_tree
 
 def _check_spans(text: splice._Text, stmts, nodes, end: int, first: int, indent: list[str]) -> int:
     """Every statement's span is its generated code (class bodies too); the count checked."""
-    spans = splice._spans(stmts, nodes, end, first)
+    groups = splice._groups(stmts, nodes)
     checked = 0
-    for stmt, span, group in zip(stmts, spans, splice._ast_groups(stmts, nodes)):
+    for stmt, span, group in zip(stmts, splice._spans(stmts, groups, end, first), groups):
         assert text.code(stmt, indent) == text.cut(*span), span
         checked += 1
         if isinstance(stmt, cst.ClassDef) and isinstance(stmt.body, cst.IndentedBlock) and stmt.body.body:
             inner = indent + [stmt.body.indent if stmt.body.indent is not None else text.module.default_indent]
-            head = stmt.body.body[0]
-            body_first = splice._first_line(group[0].body[0]) - len(head.leading_lines) - (
-                len(head.decorators[0].leading_lines) if getattr(head, "decorators", ()) else 0)
             checked += _check_spans(text, list(stmt.body.body), group[0].body, span[1] - len(stmt.body.footer),
-                                    body_first, inner)
+                                    splice._start(stmt.body.body[0], group[0].body), inner)
     return checked
 
 

@@ -54,8 +54,8 @@ class _Overlay:
         self.library_files: dict[str, tuple[bytes, Any]] = {}
         self.evaluations: dict[str, dict] = {}  # what a tree yields to any patch's evaluation (``verify_patch``)
         # and one byte index for the series' prefilters: the original files holding a needle
-        # (or matching a pattern), one pass over the tree per distinct needle, however many
-        # patches ask (``holding``); a file an earlier patch edited is tested as it is now
+        # (or matching a pattern), every patch's needles found in one pass over the tree
+        # (``prime``, ``holding``); a file an earlier patch edited is tested as it is now
         self._holding: dict[bytes | re.Pattern[bytes], frozenset[str]] = {}
         self._defining: dict[bytes, list[str]] | None = None  # NAME -> the files holding `def NAME(`
 
@@ -285,9 +285,9 @@ def _scanned(overlay: _Overlay, text: str, wanted: set[str]):
 
 
 def _declarative(patch: Patch) -> bool:
-    """A patch of a shipped edit kind (``.toml``): its codemod reads a function's text and
-    nodes only. A custom ``.py`` codemod may read the whole module in ``edit_function``."""
-    return patch.path is None or not str(patch.path).endswith(".py")
+    """A patch of a shipped edit kind: its codemod reads a function's text and nodes only.
+    A custom ``.py`` codemod may read the whole module in ``edit_function``."""
+    return not guard.is_custom(patch)
 
 
 def _in_modules(entry: str, site: Site) -> bool:
@@ -436,9 +436,8 @@ def _run_patch(patch: Patch, arch: Arch, version: str | None, overlay: _Overlay,
     skipped = {s.name: SiteResult(s.name, Status.NOT_APPLICABLE, detail=f"version {version} not in {s.applies_to}"
                                   + (f": {s.applies_to_reason}" if s.applies_to_reason else ""))
                for s in patch.sites if s not in live}
-    markers = sorted({m for s in patch.sites for m in s.markers}) if self_check and patch.covers_gates else []
-    needles = [m.encode() for m in markers]
     feature_markers, feature_needles = _feature_needles(patch)
+    markers, needles = (feature_markers, feature_needles) if self_check else ([], [])
     findings: list[Finding] = []
     found: dict[str, list[str]] = {}
     changes: dict[str, str] = {}

@@ -240,8 +240,13 @@ class GuardedCodemod:
         return self._isolated("finalize_module", ctx, run, module)
 
 
+def is_custom(patch: Any) -> bool:
+    """A custom codemod (a ``.py`` patch), not one of the shipped edit kinds (``.toml``)."""
+    return patch.path is not None and Path(patch.path).suffix == ".py"
+
+
 def codemod_for(patch: Any) -> Any:
     """The codemod instance the engine runs: custom (``.py``) patches guarded."""
-    if patch.path is not None and Path(patch.path).suffix == ".py":
+    if is_custom(patch):
         return GuardedCodemod(patch)
     return patch.codemod(patch)

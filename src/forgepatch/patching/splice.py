@@ -95,21 +95,33 @@ def _first_line(node: ast.stmt) -> int:
     return min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", ())])
 
 
-def _spans(stmts, nodes: list[ast.stmt], end: int, first: int) -> list[_Span]:
-    """The lines of each libcst statement of a body, from the ``ast`` statements of the same
-    body (a simple statement line holds one ``ast`` statement per ``;`` part)."""
-    starts, i = [], 0
+def _groups(stmts, nodes: list[ast.stmt]) -> list[list[ast.stmt]]:
+    """The ``ast`` statements of each libcst statement of a body (a simple statement line
+    holds one per ``;`` part)."""
+    groups, i = [], 0
     for stmt in stmts:
-        if i >= len(nodes):
-            raise _Cannot
-        lead = len(stmt.leading_lines)
-        decorators = getattr(stmt, "decorators", ())
-        if decorators:
-            lead += len(decorators[0].leading_lines)
-        starts.append(_first_line(nodes[i]) - lead)
-        i += len(stmt.body) if isinstance(stmt, cst.SimpleStatementLine) else 1
-    bounds = starts + [end]
-    if i != len(nodes) or bounds[0] != first or any(a >= b for a, b in zip(bounds, bounds[1:])):
+        n = len(stmt.body) if isinstance(stmt, cst.SimpleStatementLine) else 1
+        groups.append(nodes[i:i + n])
+        i += n
+    if i != len(nodes) or not all(groups):
+        raise _Cannot
+    return groups
+
+
+def _start(stmt, group: list[ast.stmt]) -> int:
+    """The first line of a statement's text: its first token's line less the comment and
+    blank lines libcst gives it (above its decorators too)."""
+    lead = len(stmt.leading_lines)
+    decorators = getattr(stmt, "decorators", ())
+    if decorators:
+        lead += len(decorators[0].leading_lines)
+    return _first_line(group[0]) - lead
+
+
+def _spans(stmts, groups: list[list[ast.stmt]], end: int, first: int) -> list[_Span]:
+    """The lines of each statement of a body: from its start to the next one's."""
+    bounds = [_start(stmt, group) for stmt, group in zip(stmts, groups)] + [end]
+    if bounds[0] != first or any(a >= b for a, b in zip(bounds, bounds[1:])):
         raise _Cannot
     return list(zip(bounds, bounds[1:]))
 
@@ -119,8 +131,8 @@ def _body(text: _Text, old: list, new: list, nodes: list[ast.stmt], end: int, in
     """The text of the body ``new`` edited from ``old`` (its ``ast`` statements ``nodes``,
     its lines ``[first, end)``): runs of shared statements cut out of the text, the others
     generated; a class whose only change is inside its body is spliced the same way."""
-    spans = _spans(old, nodes, end, first)
-    groups = _ast_groups(old, nodes)
+    groups = _groups(old, nodes)
+    spans = _spans(old, groups, end, first)
     out: list[str] = []
     matcher = SequenceMatcher(None, [id(s) for s in old], [id(s) for s in new], autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
@@ -137,15 +149,6 @@ def _body(text: _Text, old: list, new: list, nodes: list[ast.stmt], end: int, in
     return out
 
 
-def _ast_groups(stmts, nodes: list[ast.stmt]) -> list[list[ast.stmt]]:
-    groups, i = [], 0
-    for stmt in stmts:
-        n = len(stmt.body) if isinstance(stmt, cst.SimpleStatementLine) else 1
-        groups.append(nodes[i:i + n])
-        i += n
-    return groups
-
-
 def _replaced(text: _Text, old, new, nodes: list[ast.stmt], span: _Span, indent: list[str]) -> list[str]:
     """One statement replaced by another: a class with the same header and block around a
     changed body is spliced inside; anything else is generated whole."""
@@ -154,8 +157,7 @@ def _replaced(text: _Text, old, new, nodes: list[ast.stmt], span: _Span, indent:
             and _class_frame_same(old, new)):
         inner = indent + [old.body.indent if old.body.indent is not None else text.module.default_indent]
         body_end = span[1] - len(old.body.footer)
-        body_first = _first_line(nodes[0].body[0]) - len(old.body.body[0].leading_lines) - (
-            len(old.body.body[0].decorators[0].leading_lines) if getattr(old.body.body[0], "decorators", ()) else 0)
+        body_first = _start(old.body.body[0], nodes[0].body)  # (``_body`` checks the rest lines up)
         return [text.cut(span[0], body_first),
                 *_body(text, list(old.body.body), list(new.body.body), nodes[0].body, body_end, inner, body_first),
                 text.cut(body_end, span[1])]
